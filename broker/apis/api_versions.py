@@ -1,0 +1,31 @@
+"""ApiVersions (18): the keys and version ranges actually served, plus supported features."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from protocol.api_table import API_VERSIONS
+from protocol.codec import DecodedRequest, build, response_class
+
+
+@api(18)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    cls = response_class(18, req.api_version)
+    keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(API_VERSIONS.items())]
+    if req.api_version >= 3:
+        body = req.body
+        name = body.client_software_name or ""
+        version = body.client_software_version or ""
+        if conn is not None:
+            conn.client_software = f"{name}/{version}"
+    return build(cls, {
+        "error_code": ErrorCode.none,
+        "api_keys": keys,
+        "throttle_time": 0,
+        "supported_features": broker.supported_features(),
+        "finalized_features_epoch": broker.features_epoch,
+        "finalized_features": broker.finalized_features(),
+    })

@@ -1,0 +1,170 @@
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for TOPIC and BROKER
+resources. Values are validated by config/ with Kafka's names, ranges and messages."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.structured_log import get_logger
+from config import ConfigError, describe_broker_configs, describe_topic_configs, validate_topic_overrides
+from protocol.codec import DecodedRequest, build, response_class
+
+log = get_logger("sharebroker.configs")
+
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+class ResourceError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _check_broker_name(broker: Any, name: str) -> None:
+    if name not in ("", str(broker.node_id)):
+        raise ResourceError(ErrorCode.invalid_request,
+                            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
+
+
+def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
+    if resource_type == TOPIC:
+        topic = broker.topics.get(name)
+        if topic is None:
+            raise ResourceError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+        return describe_topic_configs(broker.config, topic.overrides)
+    if resource_type == BROKER:
+        _check_broker_name(broker, name)
+        return describe_broker_configs(broker.config, per_broker=name != "")
+    extra = getattr(broker, "describe_resource_configs", None)
+    if extra is not None:
+        found = extra(resource_type, name)
+        if found is not None:
+            return found
+    raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for DescribeConfigs.")
+
+
+@api(32)
+async def describe(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    include_synonyms = getattr(body, "include_synonyms", False)
+    include_docs = getattr(body, "include_documentation", False)
+    results = []
+    for r in body.resources:
+        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
+                                 "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": ()}
+        try:
+            described = _described(broker, r.resource_type, r.resource_name)
+            keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+            entry["configs"] = [
+                {"name": d.name, "value": d.value, "read_only": d.read_only, "config_source": d.source,
+                 "is_sensitive": d.is_sensitive, "config_type": d.config_type,
+                 "documentation": d.documentation if include_docs else None,
+                 "synonyms": [{"name": syn.name, "value": syn.value, "source": syn.source} for syn in d.synonyms]
+                 if include_synonyms else ()}
+                for d in described if keys is None or d.name in keys
+            ]
+        except ResourceError as exc:
+            entry.update(error_code=exc.code, error_message=exc.message)
+        results.append(entry)
+    return build(response_class(32, req.api_version), {"throttle_time": 0, "results": results})
+
+
+def _new_topic_overrides(current: dict[str, str], changes: list[tuple[str, int, str | None]], incremental: bool) -> dict[str, str]:
+    if not incremental:
+        return {name: value for name, _, value in changes if value is not None}
+    result = dict(current)
+    from config import TOPIC_CONFIGS
+    for name, op, value in changes:
+        if op == SET:
+            if value is None:
+                raise ResourceError(ErrorCode.invalid_request, f"Null value not supported for: {name}")
+            result[name] = value
+        elif op == DELETE:
+            result.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            definition = TOPIC_CONFIGS.get(name)
+            if definition is None:
+                raise ResourceError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+            if definition.type != "list":
+                raise ResourceError(ErrorCode.invalid_config,
+                                    f"Config value append is not allowed for config key: {name}" if op == APPEND
+                                    else f"Config value subtract is not allowed for config key: {name}")
+            items = [i for i in (result.get(name) or "").split(",") if i]
+            extra = [i for i in (value or "").split(",") if i]
+            if op == APPEND:
+                items += [i for i in extra if i not in items]
+            else:
+                items = [i for i in items if i not in extra]
+            result[name] = ",".join(items)
+        else:
+            raise ResourceError(ErrorCode.invalid_request, f"Unknown config operation {op} for {name}")
+    return result
+
+
+def _alter(broker: Any, resource_type: int, name: str, changes: list[tuple[str, int, str | None]],
+           validate_only: bool, incremental: bool) -> None:
+    if any(n > 1 for n in Counter(c[0] for c in changes).values()):
+        raise ResourceError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+    if resource_type == TOPIC:
+        topic = broker.topics.get(name)
+        if topic is None:
+            raise ResourceError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+        proposed = _new_topic_overrides(topic.overrides, changes, incremental)
+        try:
+            validated = validate_topic_overrides(proposed)
+        except ConfigError as exc:
+            raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
+        if not validate_only:
+            broker.topics.set_overrides(name, validated)
+        return
+    if resource_type == BROKER:
+        _check_broker_name(broker, name)
+        try:
+            broker.alter_broker_configs(changes, per_broker=name != "", incremental=incremental,
+                                        validate_only=validate_only)
+        except ConfigError as exc:
+            raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
+        return
+    extra = getattr(broker, "alter_resource_configs", None)
+    if extra is not None and extra(resource_type, name, changes, validate_only, incremental):
+        return
+    raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for altering configs.")
+
+
+async def _alter_request(broker: Any, req: DecodedRequest, incremental: bool) -> Any:
+    body = req.body
+    key = 44 if incremental else 33
+    dupes = Counter((r.resource_type, r.resource_name) for r in body.resources)
+    responses = []
+    for r in body.resources:
+        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
+                                 "resource_type": r.resource_type, "resource_name": r.resource_name}
+        try:
+            if dupes[(r.resource_type, r.resource_name)] > 1:
+                raise ResourceError(ErrorCode.invalid_request,
+                                    f"Error due to duplicate resource {r.resource_name} of type {r.resource_type}")
+            changes = [(c.name, getattr(c, "config_operation", SET), c.value) for c in r.configs]
+            _alter(broker, r.resource_type, r.resource_name, changes, body.validate_only, incremental)
+            if not body.validate_only:
+                log.info("configs altered", resource_type=r.resource_type, resource=r.resource_name,
+                         changes=[(n, op, v) for n, op, v in changes])
+        except ResourceError as exc:
+            entry.update(error_code=exc.code, error_message=exc.message)
+        responses.append(entry)
+    return build(response_class(key, req.api_version), {"throttle_time": 0, "responses": responses})
+
+
+@api(33)
+async def alter(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    return await _alter_request(broker, req, incremental=False)
+
+
+@api(44)
+async def incremental_alter(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    return await _alter_request(broker, req, incremental=True)

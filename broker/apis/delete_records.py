@@ -1,0 +1,44 @@
+"""DeleteRecords (21) v0–2: move a partition's log start offset forward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.structured_log import get_logger
+from protocol.codec import DecodedRequest, build, response_class
+from storage import OffsetOutOfRange
+
+log = get_logger("sharebroker.admin")
+
+
+@api(21)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    out = []
+    for t in req.body.topics:
+        topic = broker.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
+                                     "error_code": ErrorCode.none}
+            parts.append(entry)
+            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                continue
+            partition = topic.partitions[p.partition_index]
+            plog = partition.log
+            target = plog.high_watermark if p.offset == -1 else p.offset
+            if target < 0 or target > plog.high_watermark:
+                entry["error_code"] = ErrorCode.offset_out_of_range
+                continue
+            try:
+                entry["low_watermark"] = plog.delete_records(target)
+            except OffsetOutOfRange:
+                entry["error_code"] = ErrorCode.offset_out_of_range
+                continue
+            broker.on_log_start_moved(partition)
+            log.info("records deleted", topic=t.name, partition=p.partition_index, log_start_offset=entry["low_watermark"])
+        out.append({"name": t.name, "partitions": parts})
+    return build(response_class(21, req.api_version), {"throttle_time": 0, "topics": out})

@@ -1,0 +1,33 @@
+"""DescribeCluster (60) v0–2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.apis.metadata import CLUSTER_OPERATIONS, INT32_MIN
+from protocol.codec import DecodedRequest, build, response_class
+
+
+@api(60)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    endpoint_type = getattr(body, "endpoint_type", 1)
+    if endpoint_type not in (1, 2):
+        return build(response_class(60, req.api_version), {
+            "throttle_time": 0, "error_code": ErrorCode.unsupported_endpoint_type,
+            "error_message": f"Unsupported endpoint type {endpoint_type}", "endpoint_type": endpoint_type,
+            "cluster_id": broker.cluster_id, "controller_id": -1, "brokers": ()})
+    return build(response_class(60, req.api_version), {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "endpoint_type": endpoint_type,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "brokers": [{"broker_id": broker.node_id, "host": broker.host, "port": broker.port_advertised,
+                     "rack": None, "is_fenced": False}],
+        "cluster_authorized_operations": CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else INT32_MIN,
+    })

@@ -1,0 +1,67 @@
+"""FindCoordinator (10) v0–6: this node coordinates every group (key type 0) and every share
+partition (key type 2, v6+). Transactions (key type 1) are not served yet."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from protocol.codec import DecodedRequest, build, response_class
+
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+_SHARE_KEY = re.compile(r"^(.+):([^:]+):(-?\d+)$")
+
+
+def _resolve(broker: Any, key: str, key_type: int, version: int) -> tuple[ErrorCode, str | None]:
+    if key_type == GROUP:
+        return ErrorCode.none, None
+    if key_type == TRANSACTION:
+        return ErrorCode.coordinator_not_available, "Transactions are not supported by this broker yet."
+    if key_type == SHARE:
+        if version < 6:
+            return ErrorCode.invalid_request, "Share coordinator keys need FindCoordinator version 6 or above."
+        m = _SHARE_KEY.match(key or "")
+        if m is None:
+            return ErrorCode.invalid_request, f"Invalid share coordinator key: {key}"
+        try:
+            uuid.UUID(m.group(2)) if "-" in m.group(2) else _b64_uuid(m.group(2))
+        except ValueError:
+            return ErrorCode.invalid_request, f"Invalid topic id in share coordinator key: {key}"
+        if int(m.group(3)) < 0:
+            return ErrorCode.invalid_request, f"Invalid partition in share coordinator key: {key}"
+        return ErrorCode.none, None
+    return ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}."
+
+
+def _b64_uuid(text: str) -> uuid.UUID:
+    import base64
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(text)
+    return uuid.UUID(bytes=raw)
+
+
+@api(10)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    key_type = getattr(body, "key_type", GROUP)
+    cls = response_class(10, v)
+    if v >= 4:
+        coordinators = []
+        for key in body.coordinator_keys:
+            code, message = _resolve(broker, key, key_type, v)
+            ok = code == ErrorCode.none
+            coordinators.append({"key": key, "node_id": broker.node_id if ok else -1,
+                                 "host": broker.host if ok else "", "port": broker.port_advertised if ok else -1,
+                                 "error_code": code, "error_message": message})
+        return build(cls, {"throttle_time": 0, "coordinators": coordinators})
+    code, message = _resolve(broker, body.key, key_type, v)
+    ok = code == ErrorCode.none
+    return build(cls, {"throttle_time": 0, "error_code": code, "error_message": message,
+                       "node_id": broker.node_id if ok else -1, "host": broker.host if ok else "",
+                       "port": broker.port_advertised if ok else -1})

@@ -1,0 +1,72 @@
+"""ListOffsets (2) v1–11: earliest, latest, max timestamp and by timestamp (time index)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.apis.fetch import _check_leader_epoch
+from protocol.codec import DecodedRequest, build, response_class
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+LATEST_TIERED = -4
+EARLIEST_LOCAL = -5
+EARLIEST_PENDING_UPLOAD = -6
+
+
+def _lookup(partition: Any, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) for one ListOffsets query; (-1, -1) when there is no such offset."""
+    plog = partition.log
+    if timestamp == LATEST:
+        return plog.high_watermark, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return plog.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp()
+        if found is None:
+            return -1, -1
+        ts, offset = found
+        return offset, ts
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1  # no tiered storage
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    offset, ts = found
+    return offset, ts
+
+
+@api(2)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    topics = broker.topics
+    seen = Counter((t.name, p.partition_index) for t in body.topics for p in t.partitions)
+    out = []
+    for lt in body.topics:
+        topic = topics.get(lt.name)
+        parts = []
+        for lp in lt.partitions:
+            entry: dict[str, Any] = {"partition_index": lp.partition_index, "error_code": ErrorCode.none,
+                                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            parts.append(entry)
+            if seen[(lt.name, lp.partition_index)] > 1:
+                entry["error_code"] = ErrorCode.invalid_request
+                continue
+            if topic is None or not 0 <= lp.partition_index < len(topic.partitions):
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                continue
+            partition = topic.partitions[lp.partition_index]
+            epoch_error = _check_leader_epoch(partition, getattr(lp, "current_leader_epoch", -1))
+            if epoch_error is not None:
+                entry["error_code"] = epoch_error
+                continue
+            offset, ts = _lookup(partition, lp.timestamp)
+            entry.update(offset=offset, timestamp=ts, leader_epoch=partition.leader_epoch if offset >= 0 else -1)
+        out.append({"name": lt.name, "partitions": parts})
+    return build(response_class(2, v), {"throttle_time": 0, "topics": out})

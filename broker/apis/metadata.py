@@ -1,0 +1,91 @@
+"""Metadata (3) v0–13: this node as the only broker, controller and leader of every partition;
+topics by name or by topic id (v10+); auto topic creation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.apis.topics_admin import auto_create
+from broker.topics import Topic
+from protocol.codec import DecodedRequest, build, response_class
+
+INT32_MIN = -(2**31)
+# AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+# CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+def broker_entry(broker: Any) -> dict[str, Any]:
+    return {"node_id": broker.node_id, "host": broker.host, "port": broker.port_advertised, "rack": None}
+
+
+def topic_entry(broker: Any, topic: Topic, include_ops: bool) -> dict[str, Any]:
+    node = broker.node_id
+    return {
+        "error_code": ErrorCode.none,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.internal,
+        "partitions": [
+            {"error_code": ErrorCode.none, "partition_index": p.index, "leader_id": node,
+             "leader_epoch": p.leader_epoch, "replica_nodes": (node,), "isr_nodes": (node,), "offline_replicas": ()}
+            for p in topic.partitions
+        ],
+        "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else INT32_MIN,
+    }
+
+
+def _error_topic(name: str | None, topic_id: Any, code: ErrorCode) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": (),
+            "topic_authorized_operations": INT32_MIN}
+
+
+@api(3)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    include_ops = bool(getattr(body, "include_topic_authorized_operations", False))
+    # v0: an empty list means all topics; v1+: null means all topics.
+    requested = body.topics
+    all_topics = requested is None or (v == 0 and len(requested) == 0)
+    allow_auto = getattr(body, "allow_auto_topic_creation", True)
+    entries: list[dict[str, Any]] = []
+    topics = broker.topics
+    if all_topics:
+        for topic in sorted(topics.by_name.values(), key=lambda t: t.name):
+            entries.append(topic_entry(broker, topic, include_ops))
+    else:
+        for item in requested:
+            name = getattr(item, "name", None)
+            topic_id = getattr(item, "topic_id", None)
+            if name is None:
+                topic = topics.get_by_id(topic_id)
+                if topic is None:
+                    entries.append(_error_topic(None, topic_id, ErrorCode.unknown_topic_id))
+                else:
+                    entries.append(topic_entry(broker, topic, include_ops))
+                continue
+            topic = topics.get(name)
+            if topic is None:
+                code = await auto_create(broker, name) if allow_auto else ErrorCode.unknown_topic_or_partition
+                topic = topics.get(name)
+                if topic is None:
+                    entries.append(_error_topic(name, None, code))
+                    continue
+            entries.append(topic_entry(broker, topic, include_ops))
+    cls = response_class(3, v)
+    data = {
+        "throttle_time": 0,
+        "brokers": [broker_entry(broker)],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": entries,
+        "error_code": ErrorCode.none,
+    }
+    if getattr(body, "include_cluster_authorized_operations", False):
+        data["cluster_authorized_operations"] = CLUSTER_OPERATIONS
+    return build(cls, data)

@@ -1,0 +1,154 @@
+"""Produce (0) v3–13: validate the one v2 batch per partition (header and CRC only, never the
+records), check idempotent-producer sequences, append verbatim, and answer once the flush policy
+is satisfied."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import CloseConnection, api
+from broker.flusher import now_ms
+from broker.structured_log import get_logger
+from broker.producers import SequenceError
+from protocol.codec import DecodedRequest, build, response_class
+from protocol.record_batch import InvalidRecordError, parse_batches
+
+log = get_logger("sharebroker.produce")
+
+_ZSTD = 4
+
+
+class ProduceError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _append_one(broker: Any, partition: Any, records: bytes | None, version: int, now: int) -> dict[str, Any]:
+    """Validate and append one partition's batch; the response entry (without index)."""
+    plog = partition.log
+    topic = partition.topic
+    if not records:
+        raise ProduceError(ErrorCode.invalid_record, "Produce request contains no record batch.")
+    try:
+        headers = parse_batches(records, verify_crc=True)
+    except InvalidRecordError as exc:
+        raise ProduceError(ErrorCode(exc.code), str(exc)) from None
+    if len(headers) != 1:
+        raise ProduceError(ErrorCode.invalid_record,
+                           "Produce requests with version 3 or above must have exactly one record batch per partition.")
+    batch = headers[0]
+    if batch.magic != 2:
+        raise ProduceError(ErrorCode.invalid_record,
+                           f"Produce requests with version 3 or above must use record batch magic 2, got {batch.magic}.")
+    if batch.compression == _ZSTD and version < 7:
+        raise ProduceError(ErrorCode.unsupported_compression_type,
+                           "Produce requests with ZStandard compression need version 7 or above.")
+    if batch.is_transactional:
+        raise ProduceError(ErrorCode.invalid_record,
+                           "Transactional batches are not supported by this broker yet.")
+    cfg = topic.config
+    if batch.size > cfg.max_message_bytes:
+        raise ProduceError(ErrorCode.message_too_large,
+                           f"The record batch of {batch.size} bytes is larger than max.message.bytes "
+                           f"({cfg.max_message_bytes}) of topic {topic.name}.")
+    if batch.size > cfg.segment_bytes:
+        raise ProduceError(ErrorCode.record_list_too_large,
+                           f"The record batch of {batch.size} bytes exceeds segment.bytes ({cfg.segment_bytes}).")
+    log_append_time = cfg.message_timestamp_type == "LogAppendTime"
+    if not log_append_time:
+        _check_timestamps(batch, cfg, now)
+    pid = batch.producer_id
+    if pid >= 0:
+        try:
+            dup = partition.producers.check(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+        except SequenceError as exc:
+            raise ProduceError(exc.code, exc.message) from None
+        if dup is not None:
+            log.info("duplicate batch acknowledged with its original offset", topic=topic.name,
+                     partition=partition.index, producer_id=pid, sequence=batch.base_sequence, offset=dup.first_offset)
+            return {"error_code": ErrorCode.none, "base_offset": dup.first_offset,
+                    "log_start_offset": plog.log_start_offset}
+    result = plog.append(bytearray(records), headers, leader_epoch=partition.leader_epoch, now_ms=now,
+                         log_append_time=log_append_time)
+    if pid >= 0:
+        partition.producers.record(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
+                                   result.first_offset, result.last_offset, batch.max_timestamp)
+    entry: dict[str, Any] = {"error_code": ErrorCode.none, "base_offset": result.first_offset,
+                             "log_start_offset": result.log_start_offset}
+    if log_append_time:
+        entry["log_append_time"] = result.log_append_time_ms
+    return entry
+
+
+def _check_timestamps(batch: Any, cfg: Any, now: int) -> None:
+    before = getattr(cfg, "message_timestamp_before_max_ms", None)
+    after = getattr(cfg, "message_timestamp_after_max_ms", None)
+    if before is not None and batch.base_timestamp >= 0 and now - batch.base_timestamp > before:
+        raise ProduceError(ErrorCode.invalid_timestamp,
+                           f"Timestamp {batch.base_timestamp} of a record is earlier than the allowed "
+                           f"message.timestamp.before.max.ms ({before} ms before now).")
+    if after is not None and batch.max_timestamp - now > after:
+        raise ProduceError(ErrorCode.invalid_timestamp,
+                           f"Timestamp {batch.max_timestamp} of a record is later than the allowed "
+                           f"message.timestamp.after.max.ms ({after} ms after now).")
+
+
+@api(0)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    acks = body.acks
+    now = now_ms()
+    topics = broker.topics
+    responses = []
+    appended: list[Any] = []
+    failed = False
+    for td in body.topic_data:
+        if v >= 13:
+            topic = topics.get_by_id(td.topic_id)
+            missing = ErrorCode.unknown_topic_id
+        else:
+            topic = topics.get(td.name)
+            missing = ErrorCode.unknown_topic_or_partition
+        parts = []
+        for pd in td.partition_data:
+            entry: dict[str, Any] = {"index": pd.index, "base_offset": -1, "log_start_offset": -1,
+                                     "record_errors": (), "error_message": None}
+            try:
+                if acks not in (-1, 0, 1):
+                    raise ProduceError(ErrorCode.invalid_required_acks, f"Invalid required acks value {acks}.")
+                if body.transactional_id is not None:
+                    raise ProduceError(ErrorCode.transactional_id_authorization_failed,
+                                       "Transactions are not supported by this broker yet.")
+                if topic is None:
+                    raise ProduceError(missing, "This server does not host this topic-partition.")
+                if not 0 <= pd.index < len(topic.partitions):
+                    raise ProduceError(ErrorCode.unknown_topic_or_partition,
+                                       f"Partition {pd.index} of topic {topic.name} does not exist.")
+                if topic.internal:
+                    raise ProduceError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
+                partition = topic.partitions[pd.index]
+                entry.update(_append_one(broker, partition, pd.records, v, now))
+                appended.append(partition)
+            except ProduceError as exc:
+                failed = True
+                entry.update(error_code=exc.code, error_message=exc.message)
+                log.info("produce refused", topic=getattr(topic, "name", None) or str(getattr(td, "topic_id", "")),
+                         partition=pd.index, error=exc.code.name, message=exc.message, conn=conn.id)
+            parts.append(entry)
+        responses.append({"name": getattr(td, "name", None), "topic_id": getattr(td, "topic_id", None),
+                          "partition_responses": parts})
+    # Register every partition's flush before awaiting any, so they share one group commit.
+    if appended:
+        await asyncio.gather(*(broker.after_append(p, wait=acks != 0) for p in appended))
+    if acks == 0:
+        if failed:
+            # Kafka closes an acks=0 connection on error: it is the only signal such a producer gets.
+            raise CloseConnection()
+        return None
+    return build(response_class(0, v), {"responses": responses, "throttle_time": 0})

@@ -1,0 +1,193 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37) and auto topic creation."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.flusher import now_ms
+from broker.structured_log import get_logger
+from broker.topics import TopicError, validate_topic_name
+from config import ConfigError, describe_topic_configs, validate_topic_overrides
+from protocol.codec import DecodedRequest, build, response_class
+
+log = get_logger("sharebroker.admin")
+
+
+class AdminError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _check_replication(broker: Any, replication_factor: int) -> None:
+    if replication_factor == -1:
+        replication_factor = broker.config["default.replication.factor"]
+    if replication_factor <= 0:
+        raise AdminError(ErrorCode.invalid_replication_factor,
+                         "Replication factor must be larger than 0, or -1 to use the default value.")
+    if replication_factor > 1:
+        raise AdminError(ErrorCode.invalid_replication_factor,
+                         f"Unable to replicate the partition {replication_factor} time(s): The target replication "
+                         f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
+
+
+def _check_assignment(broker: Any, broker_ids: Any) -> None:
+    ids = list(broker_ids or ())
+    if not ids or any(i != broker.node_id for i in ids) or len(set(ids)) != len(ids):
+        raise AdminError(ErrorCode.invalid_replica_assignment,
+                         f"The manual partition assignment includes broker ids {ids}, but the only registered "
+                         f"broker is {broker.node_id}.")
+
+
+def _validate_new_topic(broker: Any, name: str) -> None:
+    try:
+        validate_topic_name(name)
+    except TopicError as exc:
+        raise AdminError(ErrorCode(exc.code), exc.message) from None
+    if broker.topics.get(name) is not None:
+        raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    other = broker.topics.collision(name)
+    if other is not None:
+        raise AdminError(ErrorCode.invalid_topic_exception,
+                         f"Topic '{name}' collides with existing topic: {other}")
+
+
+async def auto_create(broker: Any, name: str) -> ErrorCode:
+    """Metadata-triggered creation with the broker defaults, as auto.create.topics.enable does."""
+    if not broker.config["auto.create.topics.enable"]:
+        return ErrorCode.unknown_topic_or_partition
+    try:
+        _validate_new_topic(broker, name)
+    except AdminError as exc:
+        return exc.code
+    broker.topics.create(name, broker.config["num.partitions"], {}, now_ms())
+    return ErrorCode.none
+
+
+def _config_entries(broker: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": d.name, "value": d.value, "read_only": d.read_only, "config_source": d.source,
+             "is_sensitive": d.is_sensitive} for d in describe_topic_configs(broker.config, overrides)]
+
+
+@api(19)
+async def create_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    counts = Counter(t.name for t in body.topics)
+    results = []
+    for t in body.topics:
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
+                                 "num_partitions": -1, "replication_factor": -1, "configs": None,
+                                 "topic_config_error_code": 0}
+        try:
+            if counts[t.name] > 1:
+                raise AdminError(ErrorCode.invalid_request,
+                                 f"Create topics request from client `{conn.client_id}` contains multiple entries "
+                                 f"for the following topics: {t.name}")
+            _validate_new_topic(broker, t.name)
+            if t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise AdminError(ErrorCode.invalid_request,
+                                     "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                     "Both cannot be used at the same time.")
+                indexes = sorted(a.partition_index for a in t.assignments)
+                if indexes != list(range(len(indexes))):
+                    raise AdminError(ErrorCode.invalid_replica_assignment,
+                                     "Partitions should be a consecutive 0-based integer sequence")
+                for a in t.assignments:
+                    _check_assignment(broker, a.broker_ids)
+                partitions = len(indexes)
+            else:
+                partitions = t.num_partitions
+                if partitions == -1:
+                    partitions = broker.config["num.partitions"]
+                if partitions <= 0:
+                    raise AdminError(ErrorCode.invalid_partitions,
+                                     "Number of partitions was set to an invalid non-positive value.")
+                _check_replication(broker, t.replication_factor)
+            try:
+                overrides = validate_topic_overrides({c.name: c.value for c in t.configs})
+            except ConfigError as exc:
+                raise AdminError(ErrorCode.invalid_config, str(exc)) from None
+            if not body.validate_only:
+                topic = broker.topics.create(t.name, partitions, overrides, now_ms())
+                entry["topic_id"] = topic.topic_id
+            entry.update(num_partitions=partitions, replication_factor=1,
+                         configs=_config_entries(broker, overrides))
+        except AdminError as exc:
+            entry.update(error_code=exc.code, error_message=exc.message)
+            log.info("create topic refused", topic=t.name, error=exc.code.name, message=exc.message)
+        results.append(entry)
+    return build(response_class(19, req.api_version), {"throttle_time": 0, "topics": results})
+
+
+@api(20)
+async def delete_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    if v >= 6:
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    else:
+        wanted = [(name, None) for name in body.topic_names]
+    name_counts = Counter(n for n, _ in wanted if n is not None)
+    responses = []
+    for name, topic_id in wanted:
+        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            if name is not None and topic_id is not None:
+                raise AdminError(ErrorCode.invalid_request, "Only one of topic name or topic id may be given.")
+            if name is not None and name_counts[name] > 1:
+                raise AdminError(ErrorCode.invalid_request, "Duplicate topic name.")
+            topic = broker.topics.get(name) if name is not None else broker.topics.get_by_id(topic_id)
+            if topic is None:
+                if name is None:
+                    raise AdminError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist.")
+                raise AdminError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+            entry.update(name=topic.name, topic_id=topic.topic_id)
+            if not broker.config["delete.topic.enable"]:
+                raise AdminError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+            if topic.internal:
+                raise AdminError(ErrorCode.invalid_request, f"Cannot delete internal topic {topic.name}.")
+            broker.delete_topic(topic.name)
+        except AdminError as exc:
+            entry.update(error_code=exc.code, error_message=exc.message)
+        responses.append(entry)
+    return build(response_class(20, v), {"throttle_time": 0, "responses": responses})
+
+
+@api(37)
+async def create_partitions(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    counts = Counter(t.name for t in body.topics)
+    results = []
+    for t in body.topics:
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            if counts[t.name] > 1:
+                raise AdminError(ErrorCode.invalid_request, "Duplicate topic in request.")
+            topic = broker.topics.get(t.name)
+            if topic is None:
+                raise AdminError(ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist.")
+            current = len(topic.partitions)
+            if t.count < current:
+                raise AdminError(ErrorCode.invalid_partitions,
+                                 f"Topic currently has {current} partitions, which is higher than the requested {t.count}.")
+            if t.count == current:
+                raise AdminError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
+            if t.assignments is not None:
+                if len(t.assignments) != t.count - current:
+                    raise AdminError(ErrorCode.invalid_replica_assignment,
+                                     f"Attempted to add {t.count - current} additional partition(s), but only "
+                                     f"{len(t.assignments)} assignment(s) were specified.")
+                for a in t.assignments:
+                    _check_assignment(broker, a.broker_ids)
+            if not body.validate_only:
+                broker.add_partitions(t.name, t.count)
+        except AdminError as exc:
+            entry.update(error_code=exc.code, error_message=exc.message)
+        results.append(entry)
+    return build(response_class(37, req.api_version), {"throttle_time": 0, "results": results})

@@ -1,0 +1,92 @@
+"""The `sharebroker` command line. `serve` runs the broker; later subcommands talk to any broker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from broker.structured_log import configure_logging, get_logger
+
+
+def _serve_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the broker",
+                       description="Run the broker. Settings use Kafka's names; precedence: defaults < "
+                                   "--config file < KAFKA_* environment variables < flags.")
+    p.add_argument("--config", "-c", metavar="FILE", help="a Kafka server.properties-style file")
+    p.add_argument("--listeners", metavar="URL", help="e.g. PLAINTEXT://127.0.0.1:9092 (port 0 = ephemeral)")
+    p.add_argument("--advertised-listeners", metavar="URL", help="address clients are told to use")
+    p.add_argument("--data-dir", "--log-dirs", dest="log_dirs", metavar="DIR", help="log directory (log.dirs)")
+    p.add_argument("--node-id", type=int, help="node.id")
+    p.add_argument("--fsync", action="store_true",
+                   help="acknowledge writes only once they are on disk (log.flush.interval.messages=1, group commit)")
+    p.add_argument("--override", "-o", action="append", default=[], metavar="NAME=VALUE",
+                   help="any setting, repeatable, e.g. -o num.partitions=3")
+    p.add_argument("--log-format", choices=["console", "json"], default=os.environ.get("SHAREBROKER_LOG_FORMAT", "console"))
+    p.add_argument("--log-level", default=os.environ.get("SHAREBROKER_LOG_LEVEL", "info"))
+    p.add_argument("--ready-file", metavar="FILE", help="write host:port here once listening (for tests and scripts)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from config import BrokerConfig, ConfigError
+
+    configure_logging(args.log_format, args.log_level)
+    log = get_logger("sharebroker")
+    overrides: dict[str, str] = {}
+    for item in args.override:
+        if "=" not in item:
+            print(f"sharebroker: --override expects NAME=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        name, value = item.split("=", 1)
+        overrides[name.strip()] = value.strip()
+    if args.listeners:
+        overrides["listeners"] = args.listeners
+    if args.advertised_listeners:
+        overrides["advertised.listeners"] = args.advertised_listeners
+    if args.log_dirs:
+        overrides["log.dirs"] = args.log_dirs
+    if args.node_id is not None:
+        overrides["node.id"] = str(args.node_id)
+    if args.fsync:
+        overrides["log.flush.interval.messages"] = "1"
+    try:
+        config = BrokerConfig.load(args.config, os.environ, overrides)
+    except ConfigError as exc:
+        log.error("invalid configuration", setting=getattr(exc, "name", None), error=str(exc))
+        print(f"sharebroker: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"sharebroker: cannot read configuration: {exc}", file=sys.stderr)
+        return 2
+
+    from broker.server import run
+
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        runner = asyncio.run
+    try:
+        runner(run(config, ready_file=Path(args.ready_file) if args.ready_file else None))
+    except OSError as exc:
+        log.error("cannot start", error=str(exc))
+        print(f"sharebroker: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sharebroker", description="A Kafka-compatible broker with share groups.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""One client TCP connection: read size-prefixed frames, process them in arrival order, write
+responses. A frame that cannot be served (unknown API, unsupported version, garbage, oversize)
+closes this connection only, after one structured log line."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import HANDLERS, CloseConnection, error_response
+from broker.structured_log import get_logger
+from protocol.api_table import API_VERSIONS, api_name
+from protocol.codec import DecodedRequest, FrameError, UnsupportedVersion, build, decode_request, encode_response, response_class
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+log = get_logger("sharebroker.connection")
+_ids = itertools.count(1)
+_SIZE = struct.Struct(">i")
+_MIN_FRAME = 8  # api key, api version, correlation id
+
+
+class Connection:
+    def __init__(self, broker: "Broker", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.broker = broker
+        self.id = next(_ids)
+        self._reader = reader
+        self._writer = writer
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.peer_host = str(peer[0])
+        self.peer = f"{peer[0]}:{peer[1]}"
+        self.client_host = f"/{peer[0]}"
+        self.client_id: str | None = None
+        self.closed = False
+        self._on_close: list[Callable[["Connection"], Any]] = []
+
+    def on_close(self, callback: Callable[["Connection"], Any]) -> None:
+        """Run `callback(connection)` once when the connection ends (share sessions use it)."""
+        self._on_close.append(callback)
+
+    async def serve(self) -> None:
+        log.info("connection opened", conn=self.id, peer=self.peer)
+        reason = "client closed"
+        max_request = self.broker.config["socket.request.max.bytes"]
+        try:
+            while True:
+                try:
+                    prefix = await self._reader.readexactly(4)
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        reason = "truncated size prefix"
+                        log.warning("truncated frame", conn=self.id, peer=self.peer, got_bytes=len(exc.partial))
+                    break
+                (size,) = _SIZE.unpack(prefix)
+                if size < _MIN_FRAME or size > max_request:
+                    reason = "invalid frame size"
+                    log.warning("invalid frame size, closing connection", conn=self.id, peer=self.peer,
+                                size=size, max_size=max_request, setting="socket.request.max.bytes")
+                    break
+                try:
+                    frame = await self._reader.readexactly(size)
+                except asyncio.IncompleteReadError as exc:
+                    reason = "truncated frame"
+                    log.warning("truncated frame", conn=self.id, peer=self.peer, expected_bytes=size,
+                                got_bytes=len(exc.partial))
+                    break
+                response = await self._process(frame)
+                if response is None:
+                    reason = "unservable request"
+                    break
+                if response:
+                    self._writer.write(response)
+                    if self._writer.transport.get_write_buffer_size() > 1 << 20:
+                        await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:
+            reason = "broker shutting down"
+            raise
+        finally:
+            await self._close(reason)
+
+    async def _process(self, frame: bytes) -> bytes | None:
+        """Encoded response, b"" for no response (acks=0), None to close the connection."""
+        try:
+            req = decode_request(frame)
+        except UnsupportedVersion as exc:
+            if exc.api_key == 18:
+                return self._api_versions_unsupported(exc.correlation_id or 0, exc.api_version)
+            self._log_frame_error(exc)
+            return None
+        except FrameError as exc:
+            self._log_frame_error(exc)
+            return None
+        if self.client_id is None and req.client_id is not None:
+            self.client_id = req.client_id
+        handler = HANDLERS[req.api_key]
+        try:
+            resp = await handler(self.broker, self, req)
+        except CloseConnection:
+            return None
+        except Exception as exc:  # a bug must not take the broker or other connections down
+            log.exception("request handler failed", conn=self.id, api=api_name(req.api_key),
+                          version=req.api_version, correlation_id=req.correlation_id, error=str(exc))
+            resp = error_response(req, ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}")
+            if resp is None:
+                return None
+        if resp is None:
+            return b""
+        return encode_response(req.correlation_id, resp)
+
+    def _log_frame_error(self, exc: FrameError) -> None:
+        log.warning("unservable request, closing connection", conn=self.id, peer=self.peer,
+                    reason=exc.reason, api_key=exc.api_key,
+                    api=api_name(exc.api_key) if exc.api_key is not None else None,
+                    version=exc.api_version, correlation_id=exc.correlation_id)
+
+    def _api_versions_unsupported(self, correlation_id: int, version: int | None) -> bytes:
+        # Kafka answers an ApiVersions version it does not know with a v0 body carrying
+        # UNSUPPORTED_VERSION and its own ApiVersions range, so the client can retry lower.
+        lo, hi = API_VERSIONS[18]
+        log.info("unsupported ApiVersions version, answering with v0", conn=self.id, version=version)
+        cls = response_class(18, 0)
+        resp = build(cls, {"error_code": ErrorCode.unsupported_version,
+                           "api_keys": [{"api_key": 18, "min_version": lo, "max_version": hi}]})
+        return encode_response(correlation_id, resp)
+
+    async def _close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for callback in self._on_close:
+            try:
+                result = callback(self)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("connection close callback failed", conn=self.id)
+        try:
+            self._writer.close()
+        except Exception:
+            pass
+        log.info("connection closed", conn=self.id, peer=self.peer, reason=reason, client_id=self.client_id)
+
+
+__all__ = ["Connection", "CloseConnection", "DecodedRequest"]

@@ -1,0 +1,98 @@
+"""Idempotent-producer state per partition: epoch and the last five batches of each producer id,
+checked the way Kafka's ProducerStateManager checks sequences."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+_MAX_CACHED_BATCHES = 5  # Kafka keeps metadata of the last 5 batches per producer for dedup
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class CachedBatch:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    epoch: int
+    batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=_MAX_CACHED_BATCHES))
+    last_timestamp: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+class SequenceError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _next_seq(seq: int) -> int:
+    return 0 if seq == _INT32_MAX else seq + 1
+
+
+class PartitionProducers:
+    """Producer state of one partition. `check` runs before an append, `record` after it."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, ProducerEntry] = {}
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> CachedBatch | None:
+        """A duplicate's cached batch (answer with its offsets), None to append, or SequenceError."""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            return None  # unknown producer (new, or its state expired): accept any sequence
+        if epoch < entry.epoch:
+            raise SequenceError(ErrorCode.invalid_producer_epoch,
+                                f"Epoch {epoch} of producer {producer_id} is older than the current epoch {entry.epoch}")
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                raise SequenceError(ErrorCode.out_of_order_sequence_number,
+                                    f"Invalid sequence number for new epoch of producer {producer_id}: "
+                                    f"{first_seq} (request epoch), 0 (expected)")
+            return None
+        for cached in entry.batches:
+            if cached.first_seq == first_seq and cached.last_seq == last_seq:
+                return cached
+        last = entry.last_seq
+        if last >= 0 and first_seq != _next_seq(last):
+            if entry.batches and _seq_before(first_seq, entry.batches[0].first_seq):
+                raise SequenceError(ErrorCode.duplicate_sequence_number,
+                                    f"Sequence {first_seq} of producer {producer_id} is older than the "
+                                    f"cached batches; treated as a duplicate")
+            raise SequenceError(ErrorCode.out_of_order_sequence_number,
+                                f"Out of order sequence number for producer {producer_id}: "
+                                f"{first_seq} (incoming seq. number), {last} (current end sequence number)")
+        return None
+
+    def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+               first_offset: int, last_offset: int, timestamp: int) -> None:
+        entry = self.entries.get(producer_id)
+        if entry is None or entry.epoch != epoch:
+            entry = ProducerEntry(epoch)
+            self.entries[producer_id] = entry
+        entry.batches.append(CachedBatch(first_seq, last_seq, first_offset, last_offset, timestamp))
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Drop producers idle longer than producer.id.expiration.ms; returns how many."""
+        stale = [pid for pid, e in self.entries.items() if e.last_timestamp >= 0 and now_ms - e.last_timestamp > expiration_ms]
+        for pid in stale:
+            del self.entries[pid]
+        return len(stale)
+
+
+def _seq_before(a: int, b: int) -> bool:
+    return a < b

@@ -1,0 +1,241 @@
+"""The running broker: lifecycle (start, serve, graceful stop), the listener, and the background
+timers (retention, time-based flush, producer-id expiry)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from broker.connection import Connection
+from broker.flusher import Flusher, now_ms
+from broker.structured_log import get_logger
+from broker.topics import Partition, Topics
+from config import BrokerConfig
+
+log = get_logger("sharebroker.server")
+
+_PRODUCER_ID_BLOCK = 1000
+_MAX = 2**63 - 1
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, *, ready_file: Path | None = None) -> None:
+        self.config = config
+        self.node_id: int = config.node_id
+        self.log_dir: Path = config.log_dir
+        self.topics = Topics(config, self.log_dir)
+        self.flusher: Flusher | None = None
+        self.features_epoch = 0
+        self.ready_file = ready_file
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.port_advertised = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._timers: list[asyncio.Task[None]] = []
+        self._producer_ids: range = range(0)
+        self._producer_id_iter: Any = iter(())
+        self.started_at = time.monotonic()
+
+    # -- identity -------------------------------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        configured = self.config["cluster.id"]
+        return configured or self.topics.cluster_id
+
+    def supported_features(self) -> list[dict[str, Any]]:
+        return [
+            {"name": "metadata.version", "min_version": 1, "max_version": 27},
+            {"name": "group.version", "min_version": 0, "max_version": 1},
+            {"name": "share.version", "min_version": 0, "max_version": 1},
+        ]
+
+    def finalized_features(self) -> list[dict[str, Any]]:
+        return [
+            {"name": "metadata.version", "min_version_level": 27, "max_version_level": 27},
+            {"name": "group.version", "min_version_level": 1, "max_version_level": 1},
+            {"name": "share.version", "min_version_level": 1, "max_version_level": 1},
+        ]
+
+    def next_producer_id(self) -> int:
+        pid = next(self._producer_id_iter, None)
+        if pid is None:
+            self._producer_ids = self.topics.store.reserve_producer_ids(_PRODUCER_ID_BLOCK)
+            self._producer_id_iter = iter(self._producer_ids)
+            pid = next(self._producer_id_iter)
+        return pid
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        t0 = time.perf_counter()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        notes = self.topics.open(now_ms())
+        for note in notes:
+            log.warning("log recovery", detail=note)
+        self.flusher = Flusher()
+        self.flusher.start()
+        listener = self.config.listeners[0]
+        self._server = await asyncio.start_server(
+            self._accept, host=listener.host or None, port=listener.port, reuse_address=True,
+            limit=1 << 20)
+        sock = self._server.sockets[0].getsockname()
+        self.port = sock[1]
+        adv = self.config.advertised_listeners[0]
+        self.host = adv.host or (listener.host or "127.0.0.1")
+        self.port_advertised = adv.port or self.port
+        self._start_timers()
+        startup_ms = (time.perf_counter() - t0) * 1000
+        log.info("broker started", listener=f"{listener.host}:{self.port}", advertised=f"{self.host}:{self.port_advertised}",
+                 node_id=self.node_id, cluster_id=self.cluster_id, log_dir=str(self.log_dir),
+                 topics=len(self.topics.by_name), startup_ms=round(startup_ms, 1))
+        for unknown in getattr(self.config, "unknown", []) or []:
+            log.warning("unknown configuration ignored", setting=unknown)
+        if self.ready_file is not None:
+            tmp = self.ready_file.with_suffix(".tmp")
+            tmp.write_text(f"{self.host}:{self.port}\n")
+            os.replace(tmp, self.ready_file)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            import socket
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        conn = Connection(self, reader, writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await conn.serve()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._connections.discard(task)
+
+    async def stop(self) -> None:
+        log.info("broker stopping")
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=5)
+        for timer in self._timers:
+            timer.cancel()
+        if self.flusher is not None:
+            await self.flusher.stop()
+        self.topics.close()
+        log.info("broker stopped")
+
+    # -- topic changes other owners must hear about ----------------------------------------------
+
+    def delete_topic(self, name: str) -> None:
+        self.topics.delete(name)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        self.topics.add_partitions(name, total, now_ms())
+
+    def on_log_start_moved(self, partition: Partition) -> None:
+        partition.notify_append()
+
+    def describe_resource_configs(self, resource_type: int, name: str) -> list[Any] | None:
+        return None
+
+    def alter_resource_configs(self, resource_type: int, name: str, changes: Any, validate_only: bool,
+                               incremental: bool) -> bool:
+        return False
+
+    def alter_broker_configs(self, changes: list[tuple[str, int, str | None]], *, per_broker: bool,
+                             incremental: bool, validate_only: bool) -> None:
+        """Dynamic broker configs (this node's, or the cluster default), persisted with the metadata."""
+        from config import ConfigError
+
+        cfg = self.config
+        mapping: dict[str, str | None] = {}
+        if not incremental:  # AlterConfigs replaces the whole dynamic layer
+            mapping = {name: None for name in cfg.dynamic_values(per_broker)}
+        for name, op, value in changes:
+            if op == 0:
+                mapping[name] = value
+            elif op == 1:
+                mapping[name] = None
+            else:
+                raise ConfigError(name, f"Config operation {op} is not supported for broker config {name}")
+        cfg.alter_many(mapping, per_broker=per_broker, validate_only=validate_only)
+        if validate_only:
+            return
+        self.topics.store.set_dynamic_broker_configs(
+            {"cluster": cfg.dynamic_values(False), "broker": cfg.dynamic_values(True)})
+        self.topics.refresh_config()
+
+    # -- appends --------------------------------------------------------------------------------
+
+    async def after_append(self, partition: Partition, *, wait: bool) -> None:
+        """Apply log.flush.interval.messages: crossing it forces an fsync the response waits for."""
+        plog = partition.log
+        partition.notify_append()
+        if plog.unflushed_messages >= partition.topic.config.flush_messages:
+            assert self.flusher is not None
+            if wait:
+                await self.flusher.sync(plog)
+            else:
+                self.flusher.request(plog)
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def _start_timers(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timers.append(loop.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)))
+        self._timers.append(loop.create_task(self._every(self._flush_check_ms(), self._time_flush)))
+        self._timers.append(loop.create_task(self._every(60_000, self._expire_producers)))
+
+    def _flush_check_ms(self) -> int:
+        interval = self.config["log.flush.scheduler.interval.ms"]
+        return max(10, min(interval, 1000)) if interval < _MAX else 1000
+
+    async def _every(self, interval_ms: int, fn: Any) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                fn()
+            except Exception:
+                log.exception("background task failed", task=fn.__name__)
+
+    def _retention(self) -> None:
+        now = now_ms()
+        for p in self.topics.all_partitions():
+            for line in p.log.apply_retention(now):
+                log.info("retention", topic=p.topic.name, partition=p.index, detail=line)
+
+    def _time_flush(self) -> None:
+        assert self.flusher is not None
+        now = now_ms()
+        for p in self.topics.all_partitions():
+            flush_ms = p.topic.config.flush_ms
+            if flush_ms < _MAX and p.log.unflushed_messages and now - p.log.last_flush_ms >= flush_ms:
+                self.flusher.request(p.log)
+
+    def _expire_producers(self) -> None:
+        now = now_ms()
+        expiration = self.config["producer.id.expiration.ms"]
+        for p in self.topics.all_partitions():
+            p.producers.expire(now, expiration)
+
+
+async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
+    broker = Broker(config, ready_file=ready_file)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.stop()

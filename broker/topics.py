@@ -1,0 +1,203 @@
+"""Topics and their partitions: the one owner of topic metadata (durable in storage's TopicStore)
+and of the partition logs (storage's LogManager). Everything else looks topics up here."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.producers import PartitionProducers
+from broker.structured_log import get_logger
+from config import BrokerConfig, TopicConfig, topic_config
+from storage import LogConfig, LogManager, PartitionLog, TopicStore
+
+log = get_logger("sharebroker.topics")
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+class TopicError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def validate_topic_name(name: str | None) -> None:
+    from kio.schema.errors import ErrorCode
+
+    if not name:
+        raise TopicError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise TopicError(ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME:
+        raise TopicError(ErrorCode.invalid_topic_exception,
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}")
+    if not _LEGAL_TOPIC.match(name):
+        raise TopicError(ErrorCode.invalid_topic_exception,
+                         f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")
+
+
+@dataclass(eq=False)
+class Partition:
+    topic: "Topic"
+    index: int
+    log: PartitionLog
+    producers: PartitionProducers = field(default_factory=PartitionProducers)
+    leader_epoch: int = 0
+    _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    def wait_for_append(self) -> asyncio.Future[None]:
+        """A future resolved at the next append (long-polling fetches wait on it)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(fut)
+        fut.add_done_callback(self._waiters.discard)
+        return fut
+
+    def notify_append(self) -> None:
+        if self._waiters:
+            for fut in list(self._waiters):
+                if not fut.done():
+                    fut.set_result(None)
+
+
+@dataclass(eq=False)
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    overrides: dict[str, str]
+    config: TopicConfig
+    partitions: list[Partition] = field(default_factory=list)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+def log_config(tc: TopicConfig) -> LogConfig:
+    return LogConfig.from_topic_config(tc)
+
+
+class Topics:
+    def __init__(self, config: BrokerConfig, log_dir: Path) -> None:
+        self._config = config
+        self.log_dir = log_dir
+        self.store = TopicStore(log_dir)
+        self.logs = LogManager(log_dir)
+        self.by_name: dict[str, Topic] = {}
+        self.by_id: dict[uuid.UUID, Topic] = {}
+
+    @property
+    def cluster_id(self) -> str:
+        return self.store.cluster_id
+
+    def open(self, now_ms: int) -> list[str]:
+        """Load metadata and every partition log (with tail recovery); returns recovery notes."""
+        self.store.load()
+        metas = dict(self.store.topics)
+
+        def config_for(topic: str) -> LogConfig:
+            meta = metas.get(topic)
+            return log_config(topic_config(self._config, meta.configs if meta else {}))
+
+        opened = self.logs.open_all(config_for, now_ms)
+        notes: list[str] = []
+        for (topic_name, index), plog in sorted(opened.items()):
+            if topic_name not in metas or index >= metas[topic_name].partitions:
+                notes.append(f"{topic_name}-{index}: directory without topic metadata left untouched")
+                continue
+            for line in getattr(plog, "recovery_report", []) or []:
+                notes.append(f"{topic_name}-{index}: {line}")
+        for name, meta in metas.items():
+            topic = Topic(name, _as_uuid(meta.topic_id), dict(meta.configs), topic_config(self._config, meta.configs))
+            lc = log_config(topic.config)
+            for i in range(meta.partitions):
+                plog = opened.get((name, i)) or self.logs.create(name, i, lc, now_ms=now_ms)
+                topic.partitions.append(Partition(topic, i, plog))
+            self._index(topic)
+        return notes
+
+    def _index(self, topic: Topic) -> None:
+        self.by_name[topic.name] = topic
+        self.by_id[topic.topic_id] = topic
+
+    def get(self, name: str) -> Topic | None:
+        return self.by_name.get(name)
+
+    def get_by_id(self, topic_id: uuid.UUID | None) -> Topic | None:
+        if topic_id is None:
+            return None
+        return self.by_id.get(topic_id)
+
+    def partition(self, name: str, index: int) -> Partition | None:
+        topic = self.by_name.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    def collision(self, name: str) -> str | None:
+        """Kafka refuses topics whose names differ only by '.' versus '_' (metric names clash)."""
+        norm = name.replace(".", "_")
+        for existing in self.by_name:
+            if existing != name and existing.replace(".", "_") == norm:
+                return existing
+        return None
+
+    def create(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> Topic:
+        meta = self.store.create_topic(name, partitions, overrides)
+        topic = Topic(name, _as_uuid(meta.topic_id), dict(overrides), topic_config(self._config, overrides))
+        lc = log_config(topic.config)
+        for i in range(partitions):
+            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms)))
+        self._index(topic)
+        log.info("topic created", topic=name, partitions=partitions, topic_id=str(topic.topic_id), configs=overrides)
+        return topic
+
+    def delete(self, name: str) -> Topic:
+        topic = self.by_name.pop(name)
+        self.by_id.pop(topic.topic_id, None)
+        self.store.delete_topic(name)
+        for p in topic.partitions:
+            p.notify_append()
+            self.logs.delete(name, p.index)
+        log.info("topic deleted", topic=name, topic_id=str(topic.topic_id))
+        return topic
+
+    def add_partitions(self, name: str, total: int, now_ms: int) -> None:
+        topic = self.by_name[name]
+        self.store.set_partitions(name, total)
+        lc = log_config(topic.config)
+        for i in range(len(topic.partitions), total):
+            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms)))
+        log.info("partitions added", topic=name, partitions=total)
+
+    def set_overrides(self, name: str, overrides: dict[str, str]) -> None:
+        topic = self.by_name[name]
+        self.store.set_configs(name, overrides)
+        topic.overrides = dict(overrides)
+        self.refresh_config(topic)
+        log.info("topic configs altered", topic=name, configs=overrides)
+
+    def refresh_config(self, topic: Topic | None = None) -> None:
+        """Recompute effective configs after a topic or dynamic broker config change."""
+        for t in [topic] if topic else list(self.by_name.values()):
+            t.config = topic_config(self._config, t.overrides)
+            lc = log_config(t.config)
+            for p in t.partitions:
+                p.log.config = lc
+
+    def all_partitions(self) -> list[Partition]:
+        return [p for t in self.by_name.values() for p in t.partitions]
+
+    def close(self) -> None:
+        self.logs.close()
+
+
+def _as_uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

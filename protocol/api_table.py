@@ -1,0 +1,66 @@
+"""Which API keys and versions the broker serves; the single source for ApiVersions and routing.
+
+Ranges are Kafka 4.2's, intersected with what kio can decode. Keys are added here only when
+their handler is implemented (transactions, telemetry and SASL are not advertised)."""
+
+from __future__ import annotations
+
+from kio.schema.index import api_key_map, schema_name_map
+
+# key: (min, max) that our handlers implement.
+_IMPLEMENTED: dict[int, tuple[int, int]] = {
+    0: (3, 13),    # Produce
+    1: (4, 18),    # Fetch
+    2: (1, 11),    # ListOffsets
+    3: (0, 13),    # Metadata
+    10: (0, 6),    # FindCoordinator
+    18: (0, 4),    # ApiVersions
+    19: (2, 7),    # CreateTopics
+    20: (1, 6),    # DeleteTopics
+    21: (0, 2),    # DeleteRecords
+    22: (0, 5),    # InitProducerId (v6 is unstable in Kafka 4.2)
+    32: (1, 4),    # DescribeConfigs
+    33: (0, 2),    # AlterConfigs
+    37: (0, 3),    # CreatePartitions
+    44: (0, 1),    # IncrementalAlterConfigs
+    60: (0, 2),    # DescribeCluster
+}
+
+
+def _kio_range(key: int) -> tuple[int, int] | None:
+    name = api_key_map.get(key)
+    if name is None or name not in schema_name_map:
+        return None
+    versions = sorted(schema_name_map[name])
+    return versions[0], versions[-1]
+
+
+def _intersect() -> dict[int, tuple[int, int]]:
+    table = {}
+    for key, (lo, hi) in _IMPLEMENTED.items():
+        kio = _kio_range(key)
+        if kio is None:
+            continue
+        lo, hi = max(lo, kio[0]), min(hi, kio[1])
+        if lo <= hi:
+            table[key] = (lo, hi)
+    return table
+
+
+API_VERSIONS: dict[int, tuple[int, int]] = _intersect()
+
+
+def is_supported(api_key: int, api_version: int) -> str:
+    rng = API_VERSIONS.get(api_key)
+    if rng is None:
+        return "unknown-key"
+    if not rng[0] <= api_version <= rng[1]:
+        return "unsupported-version"
+    return "ok"
+
+
+def api_name(api_key: int) -> str:
+    name = api_key_map.get(api_key)
+    if name is None:
+        return f"api-{api_key}"
+    return "".join(part.capitalize() for part in name.split("_"))

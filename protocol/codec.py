@@ -1,0 +1,229 @@
+"""Kafka request decoding and response encoding on top of kio. Sans-I/O: bytes in, bytes out.
+
+Responses are built from plain dicts with `build(cls, data)`, which fills each version's fields
+from one shape: keys a version lacks are dropped, fields a version has but the dict lacks get the
+field's default (or the type's zero value). One builder per API then serves every version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import sys
+import types
+import typing
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from protocol.api_table import is_supported
+
+_HEADER_PREFIX = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The frame cannot be decoded; the connection is closed after logging."""
+
+    def __init__(self, reason: str, *, api_key: int | None = None, api_version: int | None = None,
+                 correlation_id: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+class UnsupportedVersion(FrameError):
+    """The API key is known but this version is not served."""
+
+
+class UnknownApiKey(FrameError):
+    """The API key is not served at all."""
+
+
+@dataclasses.dataclass(slots=True)
+class DecodedRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) from the fixed prefix of every request header."""
+    if len(frame) < _HEADER_PREFIX.size:
+        raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")
+    return _HEADER_PREFIX.unpack_from(frame, 0)
+
+
+def decode_request(frame: bytes) -> DecodedRequest:
+    """Decode one request frame (the bytes after the size prefix)."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    ids = {"api_key": api_key, "api_version": api_version, "correlation_id": correlation_id}
+    support = is_supported(api_key, api_version)
+    if support == "unknown-key":
+        raise UnknownApiKey(f"unknown API key {api_key}", **ids)
+    if support == "unsupported-version":
+        raise UnsupportedVersion(f"API key {api_key} version {api_version} is not supported", **ids)
+    try:
+        req_cls = load_request_schema(api_key, api_version)
+        header, used = entity_reader(req_cls.__header_schema__)(frame, 0)
+        # Trailing bytes after the body are tolerated (librdkafka's Metadata quirk).
+        body, _ = entity_reader(req_cls)(frame, used)
+    except KeyError as exc:  # kio: "Unknown tagged field tag: N"
+        raise FrameError(f"undecodable request: {exc}", **ids) from None
+    except (ValueError, IndexError, TypeError, OverflowError, UnicodeDecodeError, RuntimeError) as exc:
+        raise FrameError(f"malformed request body: {exc}", **ids) from None
+    except Exception as exc:  # kio's native reader raises its own types on short buffers
+        raise FrameError(f"malformed request body: {type(exc).__name__}: {exc}", **ids) from None
+    return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def response_class(api_key: int, api_version: int) -> type:
+    return load_response_schema(api_key, api_version)
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """Size-prefixed response frame with the header version the response class declares."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    header_cls = type(response).__header_schema__
+    entity_writer(header_cls)(out, header_cls(correlation_id=correlation_id))
+    entity_writer(type(response))(out, response)
+    buf = out.getbuffer()
+    _SIZE.pack_into(buf, 0, len(buf) - 4)
+    del buf
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Building kio entities from plain dicts
+
+
+@dataclasses.dataclass(slots=True)
+class _FieldPlan:
+    name: str
+    kind: str  # plain | entity | entities | timedelta | datetime | error | uuid
+    nested: type | None
+    default: Any
+    has_default: bool
+    zero: Any
+
+
+_plans: dict[type, list[_FieldPlan]] = {}
+_MISSING = dataclasses.MISSING
+
+
+def _strip_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return (args[0] if len(args) == 1 else tp), True
+    return tp, False
+
+
+def _plan(cls: type) -> list[_FieldPlan]:
+    plan = _plans.get(cls)
+    if plan is not None:
+        return plan
+    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    plan = []
+    for f in dataclasses.fields(cls):
+        tp, nullable = _strip_optional(hints[f.name])
+        kafka_type = f.metadata.get("kafka_type")
+        nested = None
+        kind = "plain"
+        zero: Any = None
+        if typing.get_origin(tp) is tuple:
+            inner = typing.get_args(tp)[0]
+            if dataclasses.is_dataclass(inner):
+                kind, nested = "entities", inner
+            zero = None if nullable else ()
+        elif dataclasses.is_dataclass(tp):
+            kind, nested = "entity", tp
+        elif kafka_type in ("timedelta_i32", "timedelta_i64"):
+            kind, zero = "timedelta", datetime.timedelta(0)
+        elif kafka_type == "datetime_i64":
+            kind = "datetime"
+        elif kafka_type == "error_code":
+            kind, zero = "error", ErrorCode.none
+        elif kafka_type == "uuid":
+            kind = "uuid"
+        elif kafka_type == "bool":
+            zero = False
+        elif kafka_type in ("string",):
+            zero = None if nullable else ""
+        elif kafka_type in ("bytes", "records"):
+            zero = None if nullable else b""
+        elif kafka_type is not None:
+            zero = 0
+        if f.default is not _MISSING:
+            default, has_default = f.default, True
+        elif f.default_factory is not _MISSING:  # type: ignore[misc]
+            default, has_default = f.default_factory(), True  # type: ignore[misc]
+        else:
+            default, has_default = None, False
+        plan.append(_FieldPlan(f.name, kind, nested, default, has_default, zero))
+    _plans[cls] = plan
+    return plan
+
+
+def _ms(value: Any) -> datetime.timedelta:
+    if isinstance(value, datetime.timedelta):
+        return value
+    return datetime.timedelta(milliseconds=int(value))
+
+
+def build(cls: type, data: Mapping[str, Any] | Any) -> Any:
+    """Make a kio entity of `cls` from a dict; nested dicts and lists are converted recursively."""
+    if dataclasses.is_dataclass(data) and not isinstance(data, Mapping):
+        return data
+    kwargs: dict[str, Any] = {}
+    for p in _plan(cls):
+        if p.name in data:
+            value = data[p.name]
+        elif p.has_default:
+            continue
+        else:
+            value = p.zero
+            if p.kind == "entity" and value is None:
+                value = {}
+        if value is None:
+            kwargs[p.name] = None
+            continue
+        kind = p.kind
+        if kind == "plain":
+            kwargs[p.name] = value
+        elif kind == "entities":
+            nested = p.nested
+            kwargs[p.name] = tuple(build(nested, v) for v in value)
+        elif kind == "entity":
+            kwargs[p.name] = build(p.nested, value)
+        elif kind == "error":
+            kwargs[p.name] = value if isinstance(value, ErrorCode) else ErrorCode(int(value))
+        elif kind == "timedelta":
+            kwargs[p.name] = _ms(value)
+        elif kind == "datetime":
+            if isinstance(value, datetime.datetime):
+                kwargs[p.name] = value
+            else:
+                kwargs[p.name] = datetime.datetime.fromtimestamp(int(value) / 1000, datetime.timezone.utc)
+        elif kind == "uuid":
+            kwargs[p.name] = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    return cls(**kwargs)
+
+
+def has_field(cls: type, name: str) -> bool:
+    return any(p.name == name for p in _plan(cls))
+
+
+def error_code(value: int) -> ErrorCode:
+    return ErrorCode(value)

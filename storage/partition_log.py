@@ -1,0 +1,526 @@
+"""One topic-partition's log: a directory of segments in Kafka's layout, appended to on the event
+loop thread and fsynced from a worker thread.
+
+Threading: append, read, retention, delete_records, close and delete run on one thread (the
+event loop). flush() may run concurrently on another thread. `_lock` guards the segment list and
+the counters a flush reads; a flush pins the segments it fsyncs, and a segment removed meanwhile
+has its fds closed by the flush when it is done, never under it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.record_batch import BatchHeader, assign_offsets
+from storage.files import fsync_dir
+from storage.log_config import LogConfig
+from storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name
+
+_INT32_MAX = 0x7FFFFFFF
+_SCRATCH_SUFFIXES = (".deleted", ".tmp", ".cleaned", ".swap")
+
+
+class OffsetOutOfRange(Exception):
+    """The offset is outside [log start offset, log end offset]."""
+
+    code = 1  # OFFSET_OUT_OF_RANGE
+
+    def __init__(self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class LogClosedError(Exception):
+    """The log was closed or deleted (e.g. by DeleteTopics) while someone still held it."""
+
+    code = 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+@dataclass(slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    rolled: bool = False  # a new segment was started: the old one is worth an fsync soon
+
+
+@dataclass(slots=True)
+class ReadResult:
+    records: bytes  # whole batches, verbatim
+    first_offset: int  # base offset of the first batch returned (-1 when empty)
+    next_offset: int  # offset after the last batch returned (the fetch offset when empty)
+    log_start_offset: int
+    high_watermark: int
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionLog:
+    """The log of one topic-partition. Use `PartitionLog.open` (or LogManager)."""
+
+    def __init__(self, path: Path, config: LogConfig, segments: list[LogSegment], *, log_start_offset: int,
+                 recovery_point: int, now_ms: int, report: list[str]) -> None:
+        self.path = path
+        self.config = config
+        self.topic_id: str | None = None  # from partition.metadata, set by LogManager
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_end_offset = segments[-1].next_offset
+        self.log_start_offset = min(max(log_start_offset, segments[0].base_offset), self.log_end_offset)
+        self.recovery_point = min(recovery_point, self.log_end_offset)
+        self.last_flush_ms = now_ms
+        self.recovery_report = report
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._dir_dirty = False
+        self._closed = False
+        # Called after delete_records moved the log start offset (LogManager persists it).
+        self.on_log_start_offset_change: Callable[[PartitionLog], None] | None = None
+
+    # -- opening and recovery -------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, config: LogConfig, *, recovery_point: int, clean_shutdown: bool, now_ms: int,
+             log_start_offset: int = 0) -> PartitionLog:
+        """Load the segments in `path` (created if missing). After an unclean shutdown every batch
+        from the offset-index entry at or below `recovery_point` to the end of the log is checked
+        (header and CRC); the log is cut at the first torn or corrupt batch and later segments are
+        dropped. Segments below the recovery point, and all segments after a clean shutdown, only
+        get their tail (from their last index entry) walked to learn where they end. Missing or
+        damaged indexes are rebuilt from the batch headers. What was done is in recovery_report."""
+        path.mkdir(parents=True, exist_ok=True)
+        report: list[str] = []
+        names = os.listdir(path)
+        bases = sorted(int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
+        known = set(bases)
+        for name in names:
+            stem, _, ext = name.partition(".")
+            orphan = ext in ("index", "timeindex") and len(stem) == 20 and stem.isdigit() and int(stem) not in known
+            if orphan or name.endswith(_SCRATCH_SUFFIXES):
+                (path / name).unlink()
+                report.append(f"removed leftover file {name}")
+        segments: list[LogSegment] = []
+        try:
+            for base in bases:
+                segments.append(LogSegment.open_existing(path, base, now_ms))
+            first_recovered = len(segments)
+            if not clean_shutdown and segments:
+                first_recovered = max(bisect_right(bases, recovery_point) - 1, 0)
+            i = 0
+            while i < len(segments):
+                seg = segments[i]
+                damaged_at_load = bool(seg.index_damage)
+                if i >= first_recovered:
+                    if i == first_recovered and not seg.time_index_damaged:
+                        start = seg.lookup(recovery_point)
+                        note = seg.scan(start, config, crc_from=start)
+                    else:
+                        note = seg.scan(0, config, crc_from=0)
+                    if note:
+                        report.append(note)
+                        for later in segments[i + 1:]:
+                            report.append(f"deleted segment {later.log_path.name} ({later.size} bytes) that followed "
+                                          f"the corrupt batch")
+                            later.close_fds()
+                            later.unlink()
+                        del segments[i + 1:]
+                else:
+                    if seg.time_index_damaged:
+                        note = seg.scan(0, config, crc_from=None)
+                    else:
+                        note = seg.scan(seg.last_index_position, config, crc_from=None,
+                                        keep_time_index=not damaged_at_load)
+                    if note:
+                        report.append(note)
+                # Damage found while loading or while walking from the last entry; already repaired.
+                for damage in seg.index_damage:
+                    report.append(f"{damage}; rebuilt it from the log")
+                if not seg.time_index_consistent():
+                    report.append(f"{seg.timeindex_path.name} names offsets past the log; rebuilt it from the log")
+                    seg.scan(0, config, crc_from=None)
+                if i < len(segments) - 1:
+                    seg.seal()
+                i += 1
+            for a, b in zip(segments, segments[1:]):
+                if a.next_offset > b.base_offset:
+                    report.append(f"segment {a.log_path.name} ends at offset {a.next_offset}, past the base "
+                                  f"offset of the next segment {b.base_offset}")
+            dir_dirty = False
+            if not segments:
+                segments.append(LogSegment.create(path, max(log_start_offset, 0), now_ms))
+                dir_dirty = True
+        except BaseException:
+            for seg in segments:
+                seg.close_fds()
+            raise
+        log = cls(path, config, segments, log_start_offset=log_start_offset,
+                  recovery_point=recovery_point, now_ms=now_ms, report=report)
+        if clean_shutdown:
+            log.recovery_point = log.log_end_offset
+        log._dir_dirty = dir_dirty
+        return log
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset  # single node: everything appended is committed
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Offsets appended since the last flush (Kafka: log end offset - recovery point)."""
+        return self.log_end_offset - self.recovery_point
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def earliest_offset(self) -> int:
+        return self.log_start_offset
+
+    def latest_offset(self) -> int:
+        return self.high_watermark
+
+    # -- append ---------------------------------------------------------------------------------
+
+    def append(self, buf: bytearray, headers: Sequence[BatchHeader], *, leader_epoch: int, now_ms: int,
+               log_append_time: bool = False) -> AppendResult:
+        """Assign offsets to the batches in `buf` (parsed into `headers`, which must cover it
+        exactly) and append it with one write, rolling the segment first when segment.bytes,
+        segment.ms, the index size or relative offsets demand it (Kafka's rules, on the whole
+        append). segment.ms counts from the first batch's max timestamp in the segment, compared
+        to the largest timestamp being appended, or from the segment's creation (or load) time if
+        that batch has no timestamp, as Kafka does."""
+        if not headers:
+            raise ValueError("append needs at least one batch")
+        total = len(buf)
+        tail = headers[-1]
+        if headers[0].position != 0 or tail.position + tail.size != total:
+            raise ValueError("headers do not cover the buffer exactly")
+        config = self.config
+        count = 0
+        max_ts = -1
+        for h in headers:
+            count += h.last_offset_delta + 1
+            if h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+        if log_append_time:
+            max_ts = now_ms
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"log {self.path.name} is closed")
+            first = self.log_end_offset
+            last = first + count - 1
+            seg = self._segments[-1]
+            rolled = False
+            if seg.size > 0 and (seg.size > config.segment_bytes - total
+                                 or self._segment_expired(seg, now_ms, max_ts)
+                                 or seg.index_full(config)
+                                 or last - seg.base_offset > _INT32_MAX):
+                seg = self._roll(now_ms)
+                rolled = True
+            assign_offsets(buf, headers, first, leader_epoch, log_append_time_ms=now_ms if log_append_time else None)
+            seg.append(buf, headers, config)
+            self.log_end_offset = last + 1
+            return AppendResult(first, last, now_ms if log_append_time else -1, self.log_start_offset, rolled)
+
+    def _segment_expired(self, seg: LogSegment, now_ms: int, max_ts: int) -> bool:
+        if seg.rolling_base_ts >= 0:
+            return max_ts - seg.rolling_base_ts > self.config.segment_ms
+        return now_ms - seg.created_ms > self.config.segment_ms
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset (caller holds the lock)."""
+        self._segments[-1].seal()
+        seg = LogSegment.create(self.path, self.log_end_offset, now_ms)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        return seg
+
+    def roll(self, now_ms: int) -> None:
+        """Start a new segment now unless the active one is empty."""
+        with self._lock:
+            if self._segments[-1].size:
+                self._roll(now_ms)
+
+    # -- read -----------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> ReadResult:
+        """Whole batches from the one containing `offset` (which may start before it), at most
+        `max_bytes` in total (but the first batch whole even if larger, with min_one_batch), each
+        ending before `max_offset` (default: the high watermark), continuing across segments."""
+        if self._closed:
+            raise LogClosedError(f"log {self.path.name} is closed")
+        leo = self.log_end_offset
+        lso = self.log_start_offset
+        if offset < lso or offset > leo:
+            raise OffsetOutOfRange(f"Offset {offset} is out of range for {self.path.name}: log start offset {lso}, "
+                                   f"log end offset {leo}.", offset=offset, log_start_offset=lso, log_end_offset=leo)
+        limit = leo if max_offset is None or max_offset > leo else max_offset
+        hw = self.high_watermark
+        if offset >= limit:
+            return ReadResult(b"", -1, offset, lso, hw)
+        segments = self._segments
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        parts: list[bytes] = []
+        total = 0
+        first_offset = -1
+        next_offset = offset
+        target = offset
+        done = False
+        while i < len(segments) and not done:
+            seg = segments[i]
+            start = end = -1
+            walk = seg.walk(seg.lookup(target))
+            try:
+                for pos, base, size, last, _mts, _attrs in walk:
+                    if last < target:
+                        continue
+                    if last >= limit or (total + size > max_bytes and not (min_one_batch and total == 0)):
+                        done = True
+                        break
+                    if start < 0:
+                        start = pos
+                        if first_offset < 0:
+                            first_offset = base
+                    end = pos + size
+                    total += size
+                    next_offset = last + 1
+                    if total >= max_bytes or next_offset >= limit:
+                        done = True
+                        break
+            except TornBatch as torn:
+                raise CorruptLogError(f"{seg.log_path}: {torn}") from None
+            if start >= 0:
+                data = os.pread(seg.fd, end - start, start)
+                if len(data) != end - start:
+                    raise CorruptLogError(f"short read from {seg.log_path}")
+                parts.append(data)
+            i += 1
+            target = next_offset
+        records = parts[0] if len(parts) == 1 else b"".join(parts)
+        return ReadResult(records, first_offset, next_offset, lso, hw)
+
+    # -- timestamps -----------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """ListOffsets by timestamp: (offset, timestamp) of the first batch at or after the log
+        start offset whose max timestamp is >= `timestamp_ms`, or None. Records are not decoded:
+        the offset is the batch's base offset (or the log start offset if later) and the timestamp
+        the batch's max timestamp, where Kafka would name the first matching record inside it."""
+        lso = self.log_start_offset
+        for seg in list(self._segments):
+            if seg.max_timestamp < timestamp_ms or seg.next_offset <= lso:
+                continue
+            for _pos, base, _size, last, mts, _attrs in seg.walk(seg.time_lookup(timestamp_ms, lso)):
+                if mts >= timestamp_ms and last >= lso:
+                    return max(base, lso), mts
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(largest timestamp, its offset) over the log, or (-1, -1) if empty. The offset is the
+        batch's last offset (its base offset for LogAppendTime batches), since records are not
+        decoded to find the exact one."""
+        best_ts, best_off = -1, -1
+        for seg in list(self._segments):
+            if seg.max_timestamp > best_ts:
+                best_ts, best_off = seg.max_timestamp, seg.offset_of_max_timestamp
+        return best_ts, best_off
+
+    # -- deletion -------------------------------------------------------------------------------
+
+    def delete_records(self, before_offset: int) -> int:
+        """DeleteRecords: raise the log start offset to `before_offset` (-1 = high watermark),
+        delete the segments wholly below it, and report the new start offset to the persistence
+        hook. Returns the new log start offset."""
+        hw = self.high_watermark
+        if before_offset == -1:
+            before_offset = hw
+        if before_offset < 0 or before_offset > hw:
+            raise OffsetOutOfRange(f"Cannot increment the log start offset to {before_offset} of {self.path.name}: "
+                                   f"the high watermark is {hw}.", offset=before_offset,
+                                   log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
+        if before_offset <= self.log_start_offset:
+            return self.log_start_offset
+        with self._lock:
+            self.log_start_offset = before_offset
+            n = 0
+            while n + 1 < len(self._segments) and self._segments[n + 1].base_offset <= before_offset:
+                n += 1
+            if n:
+                self._delete_prefix(n, _wall_ms())
+        if self.on_log_start_offset_change is not None:
+            self.on_log_start_offset_change(self)
+        return self.log_start_offset
+
+    def apply_retention(self, now_ms: int) -> list[str]:
+        """Kafka's retention with cleanup.policy=delete: drop the oldest segments whose largest
+        timestamp (file mtime when none) is more than retention.ms old, then the oldest while the
+        log stays at or above retention.bytes without them, then those wholly below the log start
+        offset. Never an empty active segment; if every segment goes, a new empty one is rolled
+        first. Returns what was deleted, for logging."""
+        if self._closed or not self.config.deletes:
+            return []
+        notes: list[str] = []
+        config = self.config
+        if config.retention_ms >= 0:
+            n = self._deletable(lambda seg, nxt: now_ms - self._largest_timestamp(seg) > config.retention_ms)
+            if n:
+                notes += self._delete_segments(n, now_ms, f"retention.ms {config.retention_ms} breached (largest "
+                                                          f"timestamp older than {now_ms - config.retention_ms})")
+        if config.retention_bytes >= 0:
+            excess = self.size_bytes - config.retention_bytes
+            if excess >= 0:
+                def over(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                    nonlocal excess
+                    if excess - seg.size >= 0:
+                        excess -= seg.size
+                        return True
+                    return False
+                n = self._deletable(over)
+                if n:
+                    notes += self._delete_segments(n, now_ms, f"retention.bytes {config.retention_bytes} breached")
+        n = self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset)
+        if n:
+            notes += self._delete_segments(n, now_ms, f"below the log start offset {self.log_start_offset}")
+        return notes
+
+    def _largest_timestamp(self, seg: LogSegment) -> int:
+        if seg.max_timestamp >= 0:
+            return seg.max_timestamp
+        return os.fstat(seg.fd).st_mtime_ns // 1_000_000
+
+    def _deletable(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        """How many leading segments satisfy `predicate`, stopping at the first that does not."""
+        segs = self._segments
+        n = 0
+        while n < len(segs):
+            seg = segs[n]
+            nxt = segs[n + 1] if n + 1 < len(segs) else None
+            if nxt is None and seg.size == 0:
+                break
+            if not predicate(seg, nxt):
+                break
+            n += 1
+        return n
+
+    def _delete_segments(self, n: int, now_ms: int, reason: str) -> list[str]:
+        with self._lock:
+            doomed = self._segments[:n]
+            notes = [f"deleted segment {s.log_path.name} (offsets {s.base_offset}-{s.next_offset - 1}, {s.size} "
+                     f"bytes): {reason}" for s in doomed]
+            self._delete_prefix(n, now_ms)
+            notes[-1] += f"; log start offset now {self.log_start_offset}"
+            return notes
+
+    def _delete_prefix(self, n: int, now_ms: int) -> None:
+        """Remove the first n segments (caller holds the lock); roll first if that is all of them."""
+        if n >= len(self._segments):
+            self._roll(now_ms)
+        doomed = self._segments[:n]
+        del self._segments[:n]
+        del self._bases[:n]
+        for seg in doomed:
+            seg.release()
+            seg.unlink()
+        self._dir_dirty = True
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+
+    # -- durability -----------------------------------------------------------------------------
+
+    def flush(self, now_ms: int | None = None) -> int:
+        """fsync every segment written since the last flush (log and index files) and, if
+        segments were created or deleted, the directory. Returns the offset up to which the log
+        is now durable (the log end offset when the flush started), which becomes the recovery
+        point. Safe to call from a worker thread while append runs on the event loop."""
+        with self._flush_lock:
+            with self._lock:
+                upto = self.log_end_offset
+                if self._closed:
+                    return self.recovery_point
+                segs = [s for s in self._segments if s.dirty or s.index_error is not None]
+                for s in segs:
+                    if s.index_error is not None:
+                        s.sync_index_files()  # raises if the disk still refuses
+                        s.index_error = None
+                    s.dirty = False
+                    s.pins += 1
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+            ok = False
+            try:
+                for s in segs:
+                    s.fsync()
+                if dir_dirty:
+                    try:
+                        fsync_dir(self.path)
+                    except FileNotFoundError:
+                        pass  # the log was deleted meanwhile
+                ok = True
+            finally:
+                with self._lock:
+                    for s in segs:
+                        s.pins -= 1
+                        if not ok:
+                            s.dirty = True
+                        if s.close_pending and not s.pins:
+                            s.close_fds()
+                    if not ok:
+                        self._dir_dirty = self._dir_dirty or dir_dirty
+                    else:
+                        if upto > self.recovery_point:
+                            self.recovery_point = upto
+                        self.last_flush_ms = _wall_ms() if now_ms is None else now_ms
+            return upto
+
+    def close(self) -> None:
+        """Seal the active segment's time index, flush everything, close the files."""
+        if self._closed:
+            return
+        with self._lock:
+            self._segments[-1].seal()
+        self.flush()
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.release()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory (DeleteTopics)."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.release()
+        shutil.rmtree(self.path, ignore_errors=False)
+        try:
+            fsync_dir(self.path.parent)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.path.name}, start={self.log_start_offset}, end={self.log_end_offset}, "
+                f"segments={len(self._segments)})")
+
+
+__all__ = ["AppendResult", "LogClosedError", "OffsetOutOfRange", "PartitionLog", "ReadResult", "segment_name"]

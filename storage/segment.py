@@ -1,0 +1,569 @@
+"""One log segment: `<base>.log` holding record batches verbatim, with Kafka's sparse `.index`
+(relative offset int32, position int32) and `.timeindex` (timestamp int64, relative offset int32).
+
+Indexes are kept in memory as arrays for bisect and written through to their files on append
+(append-only, never preallocated). An offset-index entry maps the *last* offset of a batch to the
+position where that batch starts, as Kafka does, and is added for a batch when more than
+index.interval.bytes lie between the previous entry's batch and this one. That rule depends only
+on positions, so a rebuilt index comes out identical to the one written by appends. A time-index
+entry (largest timestamp so far, offset of the batch that carries it) is added at the same points
+when the largest timestamp grew, and once more when the segment stops being active.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from protocol.record_batch import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    read_header,
+)
+from storage.files import write_all
+from storage.log_config import LogConfig
+
+from crc32c import crc32c
+
+INDEX_ENTRY = 8
+TIME_INDEX_ENTRY = 12
+_INT32_MAX = 0x7FFFFFFF
+_SWAP = sys.byteorder == "little"  # files are big-endian
+
+# base offset, batch length, magic, attributes, last offset delta, max timestamp: the first 43
+# bytes of a header are all the read path needs.
+_WALK = struct.Struct(">qi4xb4xhi8xq")
+_WALK_SIZE = _WALK.size
+_WALK_BLOCK = 16384  # header-walk read size while batches are small
+_BIG_BATCH = 16384  # past this, read just the next header instead of a block
+_VERIFY_CHUNK = 4 << 20  # CRC recovery reads this much at a time
+_IDX = struct.Struct(">ii")
+_TIDX = struct.Struct(">qi")
+
+Walked = tuple[int, int, int, int, int, int]  # position, base offset, size, last offset, max ts, attributes
+
+
+class CorruptLogError(Exception):
+    """Stored bytes do not parse as record batches (found while serving a read)."""
+
+    code = 56  # KAFKA_STORAGE_ERROR
+
+
+class TornBatch(Exception):
+    """A walk stopped at `position`: what starts there is not a whole, valid batch."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(f"{reason} at position {position}")
+        self.position = position
+        self.reason = reason
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def walk_headers(fd: int, start: int, end: int) -> Iterator[Walked]:
+    """Headers of the batches in [start, end) of a file, reading headers only (no CRC). Raises
+    TornBatch where the bytes stop making whole v2 batches."""
+    buf = b""
+    buf_start = start
+    pos = start
+    big = False
+    while pos < end:
+        rel = pos - buf_start
+        if rel + _WALK_SIZE > len(buf):
+            left = end - pos
+            if left < BATCH_HEADER_SIZE:
+                raise TornBatch(pos, f"truncated batch header ({left} bytes)")
+            buf = os.pread(fd, min(BATCH_HEADER_SIZE if big else _WALK_BLOCK, left), pos)
+            buf_start = pos
+            rel = 0
+            if len(buf) < _WALK_SIZE:
+                raise TornBatch(pos, "file ends inside a batch header")
+        base, length, magic, attrs, delta, max_ts = _WALK.unpack_from(buf, rel)
+        if magic != 2:
+            raise TornBatch(pos, f"invalid magic {magic}")
+        if length < MIN_BATCH_LENGTH:
+            raise TornBatch(pos, f"batch length {length} below the minimum {MIN_BATCH_LENGTH}")
+        if delta < 0:
+            raise TornBatch(pos, f"negative last offset delta {delta}")
+        size = length + LOG_OVERHEAD
+        if pos + size > end:
+            raise TornBatch(pos, f"truncated batch (declares {size} bytes, {end - pos} present)")
+        yield pos, base, size, base + delta, max_ts, attrs
+        big = size >= _BIG_BATCH
+        pos += size
+
+
+def verify_batches(fd: int, start: int, end: int) -> Iterator[BatchHeader]:
+    """Whole batches in [start, end) with header sanity and CRC checked; reads big chunks. Raises
+    TornBatch at the first batch that is truncated or corrupt."""
+    pos = start
+    need = 0
+    while pos < end:
+        want = min(max(_VERIFY_CHUNK, need), end - pos)
+        data = os.pread(fd, want, pos)
+        n = len(data)
+        if n == 0:
+            raise TornBatch(pos, "file ends early")
+        mv = memoryview(data)
+        off = 0
+        need = 0
+        try:
+            while off < n:
+                at = pos + off
+                left = n - off
+                if left < BATCH_HEADER_SIZE:
+                    if pos + n >= end:
+                        raise TornBatch(at, f"truncated batch header ({end - at} bytes)")
+                    need = BATCH_HEADER_SIZE
+                    break
+                h = read_header(data, off)
+                if h.magic != 2:
+                    raise TornBatch(at, f"invalid magic {h.magic}")
+                if h.batch_length < MIN_BATCH_LENGTH:
+                    raise TornBatch(at, f"batch length {h.batch_length} below the minimum {MIN_BATCH_LENGTH}")
+                if h.last_offset_delta < 0 or h.record_count < 0:
+                    raise TornBatch(at, "negative record count or offset delta")
+                size = h.batch_length + LOG_OVERHEAD
+                if size > left:
+                    if at + size > end:
+                        raise TornBatch(at, f"truncated batch (declares {size} bytes, {end - at} present)")
+                    need = size
+                    break
+                crc = crc32c(mv[off + 21:off + size])
+                if crc != h.crc:
+                    raise TornBatch(at, f"CRC mismatch (stored {h.crc}, computed {crc})")
+                h.position = at
+                yield h
+                off += size
+        finally:
+            mv.release()
+        pos += off
+
+
+def _strictly_increasing(values: Sequence[int]) -> bool:
+    lst = list(values)
+    return lst == sorted(lst) and len(set(lst)) == len(lst)
+
+
+def _valid_prefix(keys: Sequence[int], vals: Sequence[int], key_strict: bool, val_strict: bool,
+                  key_min: int, val_min: int, val_max: int) -> int:
+    """Length of the longest prefix with keys/values increasing and values within bounds."""
+    prev_k = key_min - 1
+    prev_v = val_min - 1
+    for i, (k, v) in enumerate(zip(keys, vals)):
+        if k < key_min or v < val_min or v > val_max:
+            return i
+        if (k <= prev_k) if key_strict else (k < prev_k):
+            return i
+        if (v <= prev_v) if val_strict else (v < prev_v):
+            return i
+        prev_k, prev_v = k, v
+    return len(keys)
+
+
+class LogSegment:
+    """A segment's files and in-memory indexes. Not thread-safe: PartitionLog serialises access."""
+
+    __slots__ = (
+        "base_offset", "directory", "fd", "idx_fd", "tidx_fd", "size", "next_offset",
+        "max_timestamp", "offset_of_max_timestamp", "created_ms", "rolling_base_ts",
+        "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
+        "dirty", "pins", "close_pending", "closed", "index_damage", "time_index_damaged", "index_error",
+    )
+
+    def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.created_ms = created_ms
+        self.fd = -1
+        self.idx_fd = -1
+        self.tidx_fd = -1
+        self.size = 0
+        self.next_offset = base_offset  # offset after the last batch
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.rolling_base_ts = -1  # max timestamp of the first batch, for segment.ms
+        self._idx_rel = array("i")
+        self._idx_pos = array("i")
+        self._tidx_ts = array("q")
+        self._tidx_rel = array("i")
+        self._idx_synced = 0  # leading in-memory entries known to be in the file
+        self._tidx_synced = 0
+        self.dirty = False  # written since the last fsync
+        self.pins = 0  # concurrent flushes using the fds
+        self.close_pending = False
+        self.closed = False
+        self.index_damage: list[str] = []  # what was wrong with the index files at open
+        self.time_index_damaged = False
+        self.index_error: OSError | None = None  # an index write failed; retried by the next flush
+
+    # -- paths ----------------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / (segment_name(self.base_offset) + ".log")
+
+    @property
+    def index_path(self) -> Path:
+        return self.directory / (segment_name(self.base_offset) + ".index")
+
+    @property
+    def timeindex_path(self) -> Path:
+        return self.directory / (segment_name(self.base_offset) + ".timeindex")
+
+    @property
+    def index_entries(self) -> int:
+        return len(self._idx_rel)
+
+    @property
+    def time_index_entries(self) -> int:
+        return len(self._tidx_ts)
+
+    def index_list(self) -> list[tuple[int, int]]:
+        """(absolute offset, position) of each offset-index entry (for tests and tools)."""
+        b = self.base_offset
+        return [(b + r, p) for r, p in zip(self._idx_rel, self._idx_pos)]
+
+    def time_index_list(self) -> list[tuple[int, int]]:
+        b = self.base_offset
+        return [(t, b + r) for t, r in zip(self._tidx_ts, self._tidx_rel)]
+
+    # -- opening --------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, now_ms: int) -> LogSegment:
+        seg = cls(directory, base_offset, now_ms)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        seg.fd = os.open(seg.log_path, flags, 0o644)
+        if os.fstat(seg.fd).st_size:
+            os.close(seg.fd)
+            raise FileExistsError(f"segment {seg.log_path} already exists and is not empty")
+        seg.idx_fd = os.open(seg.index_path, flags | os.O_TRUNC, 0o644)
+        seg.tidx_fd = os.open(seg.timeindex_path, flags | os.O_TRUNC, 0o644)
+        seg.dirty = True
+        return seg
+
+    @classmethod
+    def open_existing(cls, directory: Path, base_offset: int, now_ms: int) -> LogSegment:
+        """Open the files and load both indexes, keeping only their valid leading entries; what
+        was dropped is listed in `index_damage` (the caller rebuilds from there)."""
+        seg = cls(directory, base_offset, now_ms)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        seg.fd = os.open(seg.log_path, flags, 0o644)
+        seg.size = os.fstat(seg.fd).st_size
+        for attr, path, entry in (("idx_fd", seg.index_path, INDEX_ENTRY),
+                                  ("tidx_fd", seg.timeindex_path, TIME_INDEX_ENTRY)):
+            if not path.exists() and seg.size:
+                seg.index_damage.append(f"{path.name} missing")
+                seg.time_index_damaged |= entry == TIME_INDEX_ENTRY
+            setattr(seg, attr, os.open(path, flags, 0o644))
+        seg._load_offset_index()
+        seg._load_time_index()
+        if seg.size >= _WALK_SIZE:
+            first = _WALK.unpack_from(os.pread(seg.fd, _WALK_SIZE, 0))
+            seg.rolling_base_ts = first[5] if first[2] == 2 else -1
+        return seg
+
+    def _load_offset_index(self) -> None:
+        size = os.fstat(self.idx_fd).st_size
+        data = os.pread(self.idx_fd, size, 0) if size else b""
+        usable = size - size % INDEX_ENTRY
+        if usable != size:
+            self.index_damage.append(f"{self.index_path.name} size {size} is not a multiple of {INDEX_ENTRY}")
+        raw = array("i")
+        raw.frombytes(data[:usable])
+        if _SWAP:
+            raw.byteswap()
+        rel, pos = raw[0::2], raw[1::2]
+        total = len(rel)
+        if total and (min(rel) < 0 or min(pos) < 0 or max(pos) >= self.size
+                      or not _strictly_increasing(rel) or not _strictly_increasing(pos)):
+            keep = _valid_prefix(rel, pos, True, True, 0, 0, self.size - 1)
+            self.index_damage.append(f"{self.index_path.name}: entry {keep} of {total} is out of order or points "
+                                     f"past the log ({self.size} bytes)")
+            del rel[keep:], pos[keep:]
+        if len(rel):
+            # The first entry must name a batch that really ends at that offset.
+            hdr = os.pread(self.fd, _WALK_SIZE, pos[0])
+            ok = len(hdr) == _WALK_SIZE
+            if ok:
+                b, _, magic, _, delta, _ = _WALK.unpack_from(hdr)
+                ok = magic == 2 and b + delta == self.base_offset + rel[0]
+            if not ok:
+                self.index_damage.append(f"{self.index_path.name}: first entry does not match the log")
+                del rel[:], pos[:]
+        self._idx_rel, self._idx_pos = rel, pos
+        # The kept entries are a prefix of the file; sync_index_files trims the rest.
+        self._idx_synced = len(rel)
+
+    def _load_time_index(self) -> None:
+        size = os.fstat(self.tidx_fd).st_size
+        data = os.pread(self.tidx_fd, size, 0) if size else b""
+        usable = size - size % TIME_INDEX_ENTRY
+        if usable != size:
+            self.index_damage.append(f"{self.timeindex_path.name} size {size} is not a multiple of "
+                                     f"{TIME_INDEX_ENTRY}")
+            self.time_index_damaged = True
+        entries = list(_TIDX.iter_unpack(data[:usable]))
+        ts = array("q", [e[0] for e in entries])
+        rel = array("i", [e[1] for e in entries])
+        total = len(ts)
+        if total and (min(rel) < 0 or not _strictly_increasing(ts) or list(rel) != sorted(rel)):
+            keep = _valid_prefix(ts, rel, True, False, -(1 << 63), 0, _INT32_MAX)
+            self.index_damage.append(f"{self.timeindex_path.name}: entry {keep} of {total} is out of order")
+            self.time_index_damaged = True
+            del ts[keep:], rel[keep:]
+        self._tidx_ts, self._tidx_rel = ts, rel
+        self._tidx_synced = len(ts)
+
+    def time_index_consistent(self) -> bool:
+        """Time entries must name offsets inside the segment (checked once next_offset is known)."""
+        return not self._tidx_rel or self.base_offset + self._tidx_rel[-1] < self.next_offset
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def lookup(self, offset: int) -> int:
+        """Position of a batch at or before the one holding `offset` (0 if none is indexed)."""
+        i = bisect_right(self._idx_rel, offset - self.base_offset) - 1
+        return self._idx_pos[i] if i >= 0 else 0
+
+    def time_lookup(self, timestamp: int, min_offset: int) -> int:
+        """Position from which to scan for the first batch with max timestamp >= `timestamp`."""
+        j = bisect_right(self._tidx_ts, timestamp) - 1
+        off = self.base_offset + self._tidx_rel[j] if j >= 0 else self.base_offset
+        return self.lookup(max(off, min_offset))
+
+    def walk(self, start: int) -> Iterator[Walked]:
+        return walk_headers(self.fd, start, self.size)
+
+    @property
+    def last_index_position(self) -> int:
+        return self._idx_pos[-1] if len(self._idx_pos) else 0
+
+    def index_full(self, config: LogConfig) -> bool:
+        return len(self._idx_rel) >= config.max_index_entries or len(self._tidx_ts) >= config.max_time_index_entries
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def append(self, buf: bytes | bytearray, headers: Sequence[BatchHeader], config: LogConfig) -> None:
+        """Write `buf` (whole batches, offsets assigned) at the end with one write, then index it.
+        A failed write is rolled back so the file never keeps a partial append."""
+        start = self.size
+        try:
+            write_all(self.fd, buf)
+        except BaseException:
+            os.ftruncate(self.fd, start)
+            raise
+        self.dirty = True
+        if start == 0:
+            self.rolling_base_ts = headers[0].max_timestamp
+        base = self.base_offset
+        idx_rel, idx_pos, tidx_ts = self._idx_rel, self._idx_pos, self._tidx_ts
+        last_entry = idx_pos[-1] if len(idx_pos) else 0
+        interval = config.index_interval_bytes
+        cap_i = config.max_index_entries
+        cap_t = config.max_time_index_entries
+        max_ts = self.max_timestamp
+        pos = start
+        for h in headers:
+            mts = h.max_timestamp
+            if mts > max_ts:
+                max_ts = self.max_timestamp = mts
+                self.offset_of_max_timestamp = h.base_offset if h.attributes & TIMESTAMP_TYPE_BIT else h.last_offset
+            if pos - last_entry > interval and len(idx_rel) < cap_i:
+                idx_rel.append(h.last_offset - base)
+                idx_pos.append(pos)
+                last_entry = pos
+                if (not tidx_ts or max_ts > tidx_ts[-1]) and len(tidx_ts) < cap_t:
+                    tidx_ts.append(max_ts)
+                    self._tidx_rel.append(self.offset_of_max_timestamp - base)
+            pos += h.size
+        self.size = pos
+        self.next_offset = headers[-1].last_offset + 1
+        try:
+            self.sync_index_files()
+        except OSError as exc:
+            # The batches are in the log; the index can wait. The next flush retries and raises.
+            self.index_error = exc
+
+    def seal(self) -> None:
+        """The segment stops being active: record its largest timestamp in the time index even
+        off the index interval (Kafka does this on roll), so it survives a restart exactly."""
+        if self.max_timestamp >= 0 and (not self._tidx_ts or self.max_timestamp > self._tidx_ts[-1]):
+            self._tidx_ts.append(self.max_timestamp)
+            self._tidx_rel.append(self.offset_of_max_timestamp - self.base_offset)
+            self.sync_index_files()
+            self.dirty = True
+
+    def sync_index_files(self) -> None:
+        """Make both index files equal the in-memory entries (truncate what diverged, append what
+        is missing). Append-only in the common case."""
+        n = len(self._idx_rel)
+        if self._idx_synced != n or os.fstat(self.idx_fd).st_size != n * INDEX_ENTRY:
+            keep = self._idx_synced
+            os.ftruncate(self.idx_fd, keep * INDEX_ENTRY)
+            if n > keep:
+                out = bytearray((n - keep) * INDEX_ENTRY)
+                for i in range(keep, n):
+                    _IDX.pack_into(out, (i - keep) * INDEX_ENTRY, self._idx_rel[i], self._idx_pos[i])
+                write_all(self.idx_fd, out)
+            self._idx_synced = n
+            self.dirty = True
+        n = len(self._tidx_ts)
+        if self._tidx_synced != n or os.fstat(self.tidx_fd).st_size != n * TIME_INDEX_ENTRY:
+            keep = self._tidx_synced
+            os.ftruncate(self.tidx_fd, keep * TIME_INDEX_ENTRY)
+            if n > keep:
+                out = bytearray((n - keep) * TIME_INDEX_ENTRY)
+                for i in range(keep, n):
+                    _TIDX.pack_into(out, (i - keep) * TIME_INDEX_ENTRY, self._tidx_ts[i], self._tidx_rel[i])
+                write_all(self.tidx_fd, out)
+            self._tidx_synced = n
+            self.dirty = True
+
+    # -- recovery -------------------------------------------------------------------------------
+
+    def _scan_items(self, walk_from: int, crc_from: int | None) -> Iterator[Walked]:
+        pos = walk_from
+        if crc_from is None or crc_from > walk_from:
+            pos = self.size
+            for item in walk_headers(self.fd, walk_from, self.size):
+                if crc_from is not None and item[0] >= crc_from:
+                    pos = item[0]
+                    break
+                yield item
+        if pos >= self.size:
+            return
+        for h in verify_batches(self.fd, pos, self.size):
+            yield h.position, h.base_offset, h.size, h.last_offset, h.max_timestamp, h.attributes
+
+    def scan(self, walk_from: int, config: LogConfig, *, crc_from: int | None,
+             keep_time_index: bool = False) -> str | None:
+        """Walk the batches from `walk_from` (0 or an offset-index entry's position) to the end of
+        the file: re-derive the index entries past `walk_from`, the next offset and the largest
+        timestamp; check the CRC of batches at or after `crc_from` (None: headers only). The file
+        is truncated at the first batch that is torn or corrupt; returns what was cut, or None.
+
+        Time-index entries past the kept offset-index entries are dropped and re-derived, unless
+        keep_time_index (a clean tail check that must not disturb a sealed segment's last entry)."""
+        base = self.base_offset
+        k = bisect_right(self._idx_pos, walk_from)
+        if k and self._idx_pos[k - 1] != walk_from:
+            walk_from = self._idx_pos[k - 1]
+        del self._idx_rel[k:], self._idx_pos[k:]
+        self._idx_synced = min(self._idx_synced, k)
+        check_last = base + self._idx_rel[k - 1] if k else None
+        if not keep_time_index:
+            kt = bisect_right(self._tidx_rel, self._idx_rel[k - 1]) if k else 0
+            del self._tidx_ts[kt:], self._tidx_rel[kt:]
+            self._tidx_synced = min(self._tidx_synced, kt)
+        if len(self._tidx_ts):
+            max_ts = self._tidx_ts[-1]
+            off_max = base + self._tidx_rel[-1]
+        else:
+            max_ts = off_max = -1
+        if walk_from == 0:
+            max_ts = off_max = -1
+            if not keep_time_index:
+                del self._tidx_ts[:], self._tidx_rel[:]
+                self._tidx_synced = 0
+        idx_rel, idx_pos, tidx_ts, tidx_rel = self._idx_rel, self._idx_pos, self._tidx_ts, self._tidx_rel
+        last_entry = idx_pos[-1] if len(idx_pos) else 0
+        interval = config.index_interval_bytes
+        cap_i = config.max_index_entries
+        cap_t = config.max_time_index_entries
+        expected = base
+        first = True
+        cut: TornBatch | None = None
+        try:
+            for pos, b, size, last, mts, attrs in self._scan_items(walk_from, crc_from):
+                if first and check_last is not None and last != check_last:
+                    # The index disagrees with the log: forget it and rebuild from the start.
+                    self.index_damage.append(f"{self.index_path.name}: entry at position {walk_from} names offset "
+                                             f"{check_last}, the batch there ends at {last}")
+                    del self._idx_rel[:], self._idx_pos[:]
+                    self._idx_synced = 0
+                    return self.scan(0, config, crc_from=crc_from if crc_from is None else min(crc_from, walk_from))
+                if b < expected:
+                    raise TornBatch(pos, f"offset {b} goes backwards (expected {expected} or more)")
+                if last - base > _INT32_MAX:
+                    raise TornBatch(pos, f"offset {last} does not fit a segment based at {base}")
+                first = False
+                if mts > max_ts:
+                    max_ts = mts
+                    off_max = b if attrs & TIMESTAMP_TYPE_BIT else last
+                if pos - last_entry > interval and len(idx_rel) < cap_i:
+                    idx_rel.append(last - base)
+                    idx_pos.append(pos)
+                    last_entry = pos
+                    if (not tidx_ts or max_ts > tidx_ts[-1]) and len(tidx_ts) < cap_t:
+                        tidx_ts.append(max_ts)
+                        tidx_rel.append(off_max - base)
+                expected = last + 1
+        except TornBatch as torn:
+            cut = torn
+        if cut is not None and first and walk_from > 0:
+            # The batch we started from is bad: we do not know the offset before it. Start over.
+            return self.scan(0, config, crc_from=crc_from if crc_from is None else min(crc_from, walk_from))
+        self.max_timestamp = max_ts
+        self.offset_of_max_timestamp = off_max
+        self.next_offset = expected if not first or walk_from == 0 else self.next_offset
+        if cut is None:
+            self.sync_index_files()
+            return None
+        old = self.size
+        os.ftruncate(self.fd, cut.position)
+        self.size = cut.position
+        self.dirty = True
+        note = (f"{self.log_path.name}: truncated {old - cut.position} bytes at position {cut.position} "
+                f"(offset {expected}): {cut.reason}")
+        if keep_time_index:
+            # Time entries may name truncated batches: re-derive them from the kept entries.
+            self.scan(walk_from, config, crc_from=None)
+        else:
+            self.sync_index_files()
+        if self.size == 0:
+            self.rolling_base_ts = -1
+        return note
+
+    # -- durability and teardown ----------------------------------------------------------------
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+        os.fsync(self.idx_fd)
+        os.fsync(self.tidx_fd)
+
+    def close_fds(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self.fd, self.idx_fd, self.tidx_fd):
+            if fd >= 0:
+                os.close(fd)
+
+    def release(self) -> None:
+        """Close the fds now, or after the flush that is using them (caller holds the log lock)."""
+        if self.pins:
+            self.close_pending = True
+        else:
+            self.close_fds()
+
+    def unlink(self) -> None:
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"

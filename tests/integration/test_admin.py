@@ -1,0 +1,287 @@
+"""Admin APIs through confluent_kafka.admin.AdminClient: topics, partitions, configs, cluster,
+and Kafka's error codes for every refusal."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions,
+                                   NewTopic, ResourceType)
+
+from tests.integration import rawkafka as rk
+from tests.integration.clients import admin, consumer_conf, produce_sync, producer_conf
+
+TIMEOUT = 15
+
+
+def _error_code(fut) -> int:
+    with pytest.raises(KafkaException) as info:
+        fut.result(timeout=TIMEOUT)
+    err = info.value.args[0]
+    assert isinstance(err, KafkaError), err
+    return err.code()
+
+
+def _src(entry: ConfigEntry) -> int:
+    return getattr(entry.source, "value", entry.source)
+
+
+def _uuid_of(cuuid) -> uuid.UUID:
+    msb = cuuid.get_most_significant_bits() & (2**64 - 1)
+    lsb = cuuid.get_least_significant_bits() & (2**64 - 1)
+    return uuid.UUID(int=(msb << 64) | lsb)
+
+
+def _topic_id(a, name: str) -> uuid.UUID:
+    desc = a.describe_topics(TopicCollection([name]), request_timeout=10)[name].result(timeout=TIMEOUT)
+    return _uuid_of(desc.topic_id)
+
+
+def _describe(a, rtype: ResourceType, name: str) -> dict[str, ConfigEntry]:
+    (fut,) = a.describe_configs([ConfigResource(rtype, name)], request_timeout=10).values()
+    return fut.result(timeout=TIMEOUT)
+
+
+def _incremental(a, rtype: ResourceType, name: str, *entries: tuple[str, str | None, AlterConfigOpType]):
+    res = ConfigResource(rtype, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=op) for k, v, op in entries])
+    (fut,) = a.incremental_alter_configs([res], request_timeout=10).values()
+    return fut
+
+
+def _create(a, *topics: NewTopic):
+    futs = a.create_topics(list(topics), request_timeout=10)
+    return [futs[t.topic] for t in topics]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_create_topic_metadata_and_configs(broker, topic_name):
+    a = admin(broker.bootstrap)
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=3, replication_factor=1,
+                                 config={"retention.ms": "12345"}))
+    assert fut.result(timeout=TIMEOUT) is None
+
+    md = a.list_topics(topic=topic_name, timeout=10)
+    tmd = md.topics[topic_name]
+    assert tmd.error is None, tmd.error
+    assert sorted(tmd.partitions) == [0, 1, 2]
+    for pmd in tmd.partitions.values():
+        assert pmd.error is None
+        assert pmd.leader == 1 and list(pmd.replicas) == [1] and list(pmd.isrs) == [1]
+    assert [b.id for b in md.brokers.values()] == [1]
+
+    tid = _topic_id(a, topic_name)
+    assert tid.int != 0
+    # Metadata v12 over the wire carries the same non-zero topic id
+    with rk.RawClient(broker.bootstrap) as raw:
+        resp = raw.request(rk.metadata_request([topic_name], version=12))
+    (t,) = resp.topics
+    assert int(t.error_code) == 0 and t.name == topic_name
+    assert t.topic_id == tid
+    assert len(t.partitions) == 3
+
+    desc = a.describe_topics(TopicCollection([topic_name]), request_timeout=10)[topic_name].result(timeout=TIMEOUT)
+    assert len(desc.partitions) == 3 and desc.name == topic_name
+
+    configs = _describe(a, ResourceType.TOPIC, topic_name)
+    assert configs["retention.ms"].value == "12345"
+    assert _src(configs["retention.ms"]) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert not configs["retention.ms"].is_default
+    assert configs["cleanup.policy"].value == "delete"
+    assert _src(configs["cleanup.policy"]) == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["cleanup.policy"].is_default
+    assert configs["max.message.bytes"].value == "1048588"
+    assert configs["segment.bytes"].value == "1073741824"
+
+    # SET then DELETE
+    assert _incremental(a, ResourceType.TOPIC, topic_name,
+                        ("retention.ms", "54321", AlterConfigOpType.SET),
+                        ("cleanup.policy", "compact", AlterConfigOpType.SET)).result(timeout=TIMEOUT) is None
+    configs = _describe(a, ResourceType.TOPIC, topic_name)
+    assert configs["retention.ms"].value == "54321"
+    assert configs["cleanup.policy"].value == "compact"
+    assert _src(configs["cleanup.policy"]) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert _incremental(a, ResourceType.TOPIC, topic_name,
+                        ("retention.ms", None, AlterConfigOpType.DELETE),
+                        ("cleanup.policy", None, AlterConfigOpType.DELETE)).result(timeout=TIMEOUT) is None
+    configs = _describe(a, ResourceType.TOPIC, topic_name)
+    assert configs["retention.ms"].value == "604800000"
+    assert _src(configs["retention.ms"]) == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete"
+
+
+def test_alter_broker_configs(make_broker):
+    b = make_broker()
+    a = admin(b.bootstrap)
+    assert _incremental(a, ResourceType.BROKER, "1",
+                        ("log.retention.ms", "3600000", AlterConfigOpType.SET)).result(timeout=TIMEOUT) is None
+    configs = _describe(a, ResourceType.BROKER, "1")
+    assert configs["log.retention.ms"].value == "3600000"
+    assert _src(configs["log.retention.ms"]) == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+    # A read-only broker setting cannot be changed at runtime.
+    code = _error_code(_incremental(a, ResourceType.BROKER, "1", ("log.dirs", "/elsewhere", AlterConfigOpType.SET)))
+    assert code in (KafkaError.INVALID_CONFIG, KafkaError.INVALID_REQUEST), KafkaError(code).str()
+    configs = _describe(a, ResourceType.BROKER, "1")
+    assert configs["log.dirs"].value != "/elsewhere"
+    assert configs["log.dirs"].is_read_only
+
+
+@pytest.mark.parametrize("new_topic, expected", [
+    (lambda n: NewTopic(n, num_partitions=0, replication_factor=1), KafkaError.INVALID_PARTITIONS),
+    (lambda n: NewTopic(n, num_partitions=1, replication_factor=3), KafkaError.INVALID_REPLICATION_FACTOR),
+    (lambda n: NewTopic(n, num_partitions=1, replication_factor=1, config={"no.such.config": "1"}),
+     KafkaError.INVALID_CONFIG),
+    (lambda n: NewTopic(n, num_partitions=1, replication_factor=1, config={"retention.ms": "soon"}),
+     KafkaError.INVALID_CONFIG),
+    (lambda n: NewTopic(n, num_partitions=1, replication_factor=1, config={"cleanup.policy": "shred"}),
+     KafkaError.INVALID_CONFIG),
+    (lambda n: NewTopic("bad name!", num_partitions=1, replication_factor=1), KafkaError.TOPIC_EXCEPTION),
+    (lambda n: NewTopic("x" * 250, num_partitions=1, replication_factor=1), KafkaError.TOPIC_EXCEPTION),
+], ids=["zero-partitions", "replication-3", "unknown-config", "bad-config-value", "bad-enum-value",
+        "illegal-name", "name-too-long"])
+def test_create_topic_errors(broker, topic_name, new_topic, expected):
+    a = admin(broker.bootstrap)
+    nt = new_topic(topic_name)
+    (fut,) = _create(a, nt)
+    code = _error_code(fut)
+    assert code == expected, f"got {KafkaError(code).str()} ({code}), expected {expected}"
+    # and nothing was created
+    assert nt.topic not in a.list_topics(timeout=10).topics
+
+
+def test_admin_errors_on_existing_and_unknown_topics(broker, topic_name):
+    a = admin(broker.bootstrap)
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=3, replication_factor=1))
+    fut.result(timeout=TIMEOUT)
+
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=1, replication_factor=1))
+    assert _error_code(fut) == KafkaError.TOPIC_ALREADY_EXISTS
+    assert len(a.list_topics(topic=topic_name, timeout=10).topics[topic_name].partitions) == 3
+
+    unknown = f"unknown-{uuid.uuid4().hex[:8]}"
+    (fut,) = a.delete_topics([unknown], request_timeout=10).values()
+    assert _error_code(fut) == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    (fut,) = a.create_partitions([NewPartitions(topic_name, 2)], request_timeout=10).values()
+    assert _error_code(fut) == KafkaError.INVALID_PARTITIONS
+    (fut,) = a.create_partitions([NewPartitions(topic_name, 3)], request_timeout=10).values()
+    assert _error_code(fut) == KafkaError.INVALID_PARTITIONS  # same count: also refused in Kafka
+    (fut,) = a.create_partitions([NewPartitions(unknown, 4)], request_timeout=10).values()
+    assert _error_code(fut) == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    (fut,) = a.describe_configs([ConfigResource(ResourceType.TOPIC, unknown)], request_timeout=10).values()
+    assert _error_code(fut) == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    fut = _incremental(a, ResourceType.TOPIC, topic_name, ("no.such.config", "1", AlterConfigOpType.SET))
+    assert _error_code(fut) == KafkaError.INVALID_CONFIG
+    fut = _incremental(a, ResourceType.TOPIC, topic_name, ("retention.ms", "never", AlterConfigOpType.SET))
+    assert _error_code(fut) == KafkaError.INVALID_CONFIG
+    assert "retention.ms" not in {k for k, e in _describe(a, ResourceType.TOPIC, topic_name).items()
+                                  if _src(e) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def test_create_partitions_then_produce_to_new_partition(broker, topic_name):
+    a = admin(broker.bootstrap)
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=3, replication_factor=1))
+    fut.result(timeout=TIMEOUT)
+    tid = _topic_id(a, topic_name)
+    (fut,) = a.create_partitions([NewPartitions(topic_name, 5)], request_timeout=10).values()
+    assert fut.result(timeout=TIMEOUT) is None
+    assert sorted(a.list_topics(topic=topic_name, timeout=10).topics[topic_name].partitions) == [0, 1, 2, 3, 4]
+    assert _topic_id(a, topic_name) == tid  # same topic
+
+    p = Producer(producer_conf(broker.bootstrap))
+    (msg,) = produce_sync(p, topic_name, [{"partition": 4, "value": b"in-p4"}])
+    assert (msg.partition(), msg.offset()) == (4, 0)
+    with rk.RawClient(broker.bootstrap) as raw:
+        values = [r.value for r in rk.records_of(rk.fetch_all_batches(raw, topic_name, 4))]
+    assert values == [b"in-p4"]
+
+
+def test_delete_topic_and_recreate(make_broker, topic_name):
+    b = make_broker({"auto.create.topics.enable": "false"})
+    a = admin(b.bootstrap)
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=2, replication_factor=1))
+    fut.result(timeout=TIMEOUT)
+    old_id = _topic_id(a, topic_name)
+    p = Producer(producer_conf(b.bootstrap))
+    produce_sync(p, topic_name, [{"partition": i % 2, "value": b"v%d" % i} for i in range(10)])
+
+    (fut,) = a.delete_topics([topic_name], request_timeout=10).values()
+    assert fut.result(timeout=TIMEOUT) is None
+    assert topic_name not in a.list_topics(timeout=10).topics
+
+    # Produce to the deleted topic: UNKNOWN_TOPIC_OR_PARTITION over the wire ...
+    with rk.RawClient(b.bootstrap) as raw:
+        pr = rk.produce(raw, topic_name, 0, rk.encode_batch([rk.Rec(b"late")]))
+        assert int(pr.error_code) == KafkaError.UNKNOWN_TOPIC_OR_PART, pr
+        md = raw.request(rk.metadata_request([topic_name], version=12, allow_auto=True))
+        assert int(md.topics[0].error_code) == KafkaError.UNKNOWN_TOPIC_OR_PART
+    # ... and through a client (auto-creation is disabled, so it is not re-created)
+    p2 = Producer(producer_conf(b.bootstrap, **{"topic.metadata.propagation.max.ms": 1000,
+                                                "message.timeout.ms": 8000}))
+    errors: list[KafkaError] = []
+    p2.produce(topic_name, b"late", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    assert p2.flush(15) == 0
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC), errors[0]
+    assert topic_name not in a.list_topics(timeout=10).topics
+
+    # Re-creating gives a new topic id and empty partitions.
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=2, replication_factor=1))
+    fut.result(timeout=TIMEOUT)
+    new_id = _topic_id(a, topic_name)
+    assert new_id.int != 0 and new_id != old_id
+    c = Consumer(consumer_conf(b.bootstrap))
+    try:
+        for part in (0, 1):
+            assert c.get_watermark_offsets(TopicPartition(topic_name, part), timeout=5) == (0, 0)
+    finally:
+        c.close()
+    # the new topic works
+    (msg,) = produce_sync(Producer(producer_conf(b.bootstrap)), topic_name, [{"partition": 1, "value": b"new"}])
+    assert msg.offset() == 0
+
+
+def test_auto_topic_creation_uses_num_partitions(make_broker, topic_name):
+    b = make_broker({"num.partitions": "3"})
+    p = Producer(producer_conf(b.bootstrap))
+    (msg,) = produce_sync(p, topic_name, [{"value": b"auto"}])
+    assert msg.error() is None
+    md = admin(b.bootstrap).list_topics(topic=topic_name, timeout=10)
+    assert md.topics[topic_name].error is None
+    assert sorted(md.topics[topic_name].partitions) == [0, 1, 2]
+
+
+def test_no_auto_creation_when_disabled(make_broker, topic_name):
+    b = make_broker({"auto.create.topics.enable": "false"})
+    with rk.RawClient(b.bootstrap) as raw:
+        md = raw.request(rk.metadata_request([topic_name], version=12, allow_auto=True))
+    assert int(md.topics[0].error_code) == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert topic_name not in admin(b.bootstrap).list_topics(timeout=10).topics
+
+
+def test_describe_cluster_single_node_and_stable_cluster_id(make_broker):
+    b = make_broker()
+    a = admin(b.bootstrap)
+    res = a.describe_cluster(request_timeout=10).result(timeout=TIMEOUT)
+    assert [n.id for n in res.nodes] == [1]
+    node = res.nodes[0]
+    assert (node.host, node.port) == ("127.0.0.1", b.port)
+    assert res.controller is not None and res.controller.id == 1
+    assert res.cluster_id
+    first_id = res.cluster_id
+
+    b.restart()
+    a2 = admin(b.bootstrap)
+    res2 = a2.describe_cluster(request_timeout=10).result(timeout=TIMEOUT)
+    assert res2.cluster_id == first_id
+    assert [n.id for n in res2.nodes] == [1]
+    # Metadata agrees with DescribeCluster
+    md = a2.list_topics(timeout=10)
+    assert md.cluster_id == first_id and md.controller_id == 1
