@@ -12,6 +12,9 @@ from typing import Any
 
 from broker.connection import Connection
 from broker.flusher import Flusher, now_ms
+from broker.groups.coordinator import ShareGroupCoordinator
+from broker.share.partitions import SharePartitions
+from broker.share_state.persister import SharePersister
 from broker.structured_log import get_logger
 from broker.topics import Partition, Topics
 from config import BrokerConfig
@@ -19,6 +22,7 @@ from config import BrokerConfig
 log = get_logger("sharebroker.server")
 
 _PRODUCER_ID_BLOCK = 1000
+GROUP_RESOURCE = 32
 _MAX = 2**63 - 1
 
 
@@ -28,6 +32,9 @@ class Broker:
         self.node_id: int = config.node_id
         self.log_dir: Path = config.log_dir
         self.topics = Topics(config, self.log_dir)
+        self.share_persister = SharePersister(self.topics)
+        self.share_groups = ShareGroupCoordinator(self)
+        self.share = SharePartitions(self, self.share_persister)
         self.flusher: Flusher | None = None
         self.features_epoch = 0
         self.ready_file = ready_file
@@ -78,8 +85,10 @@ class Broker:
         notes = self.topics.open(now_ms())
         for note in notes:
             log.warning("log recovery", detail=note)
+        self.share_groups.load()
         self.flusher = Flusher()
         self.flusher.start()
+        self.share_groups.start()
         listener = self.config.listeners[0]
         self._server = await asyncio.start_server(
             self._accept, host=listener.host or None, port=listener.port, reuse_address=True,
@@ -130,6 +139,8 @@ class Broker:
             await asyncio.wait(list(self._connections), timeout=5)
         for timer in self._timers:
             timer.cancel()
+        await self.share_groups.stop()
+        self.share.close()
         if self.flusher is not None:
             await self.flusher.stop()
         self.topics.close()
@@ -137,8 +148,20 @@ class Broker:
 
     # -- topic changes other owners must hear about ----------------------------------------------
 
-    def delete_topic(self, name: str) -> None:
-        self.topics.delete(name)
+    async def delete_topic(self, name: str) -> None:
+        topic = self.topics.delete(name)
+        self.share.drop_topic(topic.topic_id)
+        await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
+
+    def group_type(self, group_id: str) -> str | None:
+        """Which kind of group owns this id ("share"), or None if no group has it."""
+        if group_id in self.share_groups.groups:
+            return "share"
+        return None
+
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, type) of every group."""
+        return [(g.group_id, "share", g.state, "share") for g in self.share_groups.groups.values()]
 
     def add_partitions(self, name: str, total: int) -> None:
         self.topics.add_partitions(name, total, now_ms())
@@ -147,11 +170,23 @@ class Broker:
         partition.notify_append()
 
     def describe_resource_configs(self, resource_type: int, name: str) -> list[Any] | None:
+        if resource_type == GROUP_RESOURCE:
+            from config import ConfigError
+            if not name:
+                raise ConfigError("group", "Group name can't be empty.")
+            return self.share_groups.describe_configs(name)
         return None
 
     def alter_resource_configs(self, resource_type: int, name: str, changes: Any, validate_only: bool,
                                incremental: bool) -> bool:
-        return False
+        """GROUP configs (share.*); raises ConfigError for bad names or values."""
+        if resource_type != GROUP_RESOURCE:
+            return False
+        from config import ConfigError
+        if not name:
+            raise ConfigError("group", "Group name can't be empty.")
+        self.share_groups.alter_configs(name, changes, validate_only=validate_only, incremental=incremental)
+        return True
 
     def alter_broker_configs(self, changes: list[tuple[str, int, str | None]], *, per_broker: bool,
                              incremental: bool, validate_only: bool) -> None:
@@ -175,6 +210,7 @@ class Broker:
         self.topics.store.set_dynamic_broker_configs(
             {"cluster": cfg.dynamic_values(False), "broker": cfg.dynamic_values(True)})
         self.topics.refresh_config()
+        self.share_groups.invalidate_configs()
 
     # -- appends --------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     2: (1, 11),    # ListOffsets
     3: (0, 13),    # Metadata
     10: (0, 6),    # FindCoordinator
+    16: (0, 5),    # ListGroups
     18: (0, 4),    # ApiVersions
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
@@ -24,6 +25,10 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     37: (0, 3),    # CreatePartitions
     44: (0, 1),    # IncrementalAlterConfigs
     60: (0, 2),    # DescribeCluster
+    76: (1, 1),    # ShareGroupHeartbeat
+    77: (1, 1),    # ShareGroupDescribe
+    78: (1, 2),    # ShareFetch
+    79: (1, 2),    # ShareAcknowledge
 }
 
 

@@ -43,6 +43,7 @@ def error_response(req: DecodedRequest, code: ErrorCode, message: str) -> Any | 
 _MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
     "topics_admin", "configs", "describe_cluster", "init_producer_id", "delete_records",
+    "list_groups", "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",
 )
 for _name in _MODULES:
     importlib.import_module(f"broker.apis.{_name}")

@@ -41,11 +41,12 @@ def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
     if resource_type == BROKER:
         _check_broker_name(broker, name)
         return describe_broker_configs(broker.config, per_broker=name != "")
-    extra = getattr(broker, "describe_resource_configs", None)
-    if extra is not None:
-        found = extra(resource_type, name)
-        if found is not None:
-            return found
+    try:
+        found = broker.describe_resource_configs(resource_type, name)
+    except ConfigError as exc:
+        raise ResourceError(ErrorCode.invalid_request, str(exc)) from None
+    if found is not None:
+        return found
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for DescribeConfigs.")
 
 
@@ -131,9 +132,12 @@ def _alter(broker: Any, resource_type: int, name: str, changes: list[tuple[str, 
         except ConfigError as exc:
             raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
         return
-    extra = getattr(broker, "alter_resource_configs", None)
-    if extra is not None and extra(resource_type, name, changes, validate_only, incremental):
-        return
+    try:
+        if broker.alter_resource_configs(resource_type, name, changes, validate_only, incremental):
+            return
+    except ConfigError as exc:
+        code = ErrorCode.invalid_request if exc.name == "group" else ErrorCode.invalid_config
+        raise ResourceError(code, str(exc)) from None
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for altering configs.")
 
 

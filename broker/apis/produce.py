@@ -138,7 +138,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
             except ProduceError as exc:
                 failed = True
                 entry.update(error_code=exc.code, error_message=exc.message)
-                log.info("produce refused", topic=getattr(topic, "name", None) or str(getattr(td, "topic_id", "")),
+                log.warning("produce refused", topic=getattr(topic, "name", None) or str(getattr(td, "topic_id", "")),
                          partition=pd.index, error=exc.code.name, message=exc.message, conn=conn.id)
             parts.append(entry)
         responses.append({"name": getattr(td, "name", None), "topic_id": getattr(td, "topic_id", None),

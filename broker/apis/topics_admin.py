@@ -120,7 +120,7 @@ async def create_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                          configs=_config_entries(broker, overrides))
         except AdminError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
-            log.info("create topic refused", topic=t.name, error=exc.code.name, message=exc.message)
+            log.warning("create topic refused", topic=t.name, error=exc.code.name, message=exc.message)
         results.append(entry)
     return build(response_class(19, req.api_version), {"throttle_time": 0, "topics": results})
 
@@ -152,7 +152,7 @@ async def delete_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                 raise AdminError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
             if topic.internal:
                 raise AdminError(ErrorCode.invalid_request, f"Cannot delete internal topic {topic.name}.")
-            broker.delete_topic(topic.name)
+            await broker.delete_topic(topic.name)
         except AdminError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
         responses.append(entry)

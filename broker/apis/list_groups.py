@@ -1,0 +1,27 @@
+"""ListGroups (16) v0–5 with the state (v4+) and type (v5+) filters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from protocol.codec import DecodedRequest, build, response_class
+
+
+@api(16)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    states = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
+    types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
+    listed = []
+    for group_id, protocol_type, state, group_type in broker.list_groups():
+        if states and state.lower() not in states:
+            continue
+        if types and group_type.lower() not in types:
+            continue
+        listed.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
+                       "group_type": group_type})
+    return build(response_class(16, req.api_version), {"throttle_time": 0, "error_code": ErrorCode.none,
+                                                       "groups": listed})

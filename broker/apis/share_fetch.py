@@ -1,0 +1,177 @@
+"""ShareFetch (78) v1–2: session epochs, piggy-backed acknowledgements, acquisition from every
+partition of the share session, and long polling until records are acquirable or MaxWaitMs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.apis.share_common import (
+    RequestError, apply_acknowledgements, bind_to_connection, check_ids, current_leader, merge_topics,
+    resolve_partition,
+)
+from broker.share.leader import LeaderError
+from broker.share.partition import AcquireMode
+from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
+from broker.structured_log import get_logger
+from protocol.codec import DecodedRequest, build, response_class
+
+log = get_logger("sharebroker.share")
+
+# A single read is bounded so that a fetch of a few hundred records never copies megabytes.
+_READ_CAP_BYTES = 1 << 20
+
+
+def _entry(broker: Any, index: int, partition: Any) -> dict[str, Any]:
+    return {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
+            "acknowledge_error_code": 0, "acknowledge_error_message": None,
+            "current_leader": current_leader(broker, partition), "records": b"", "acquired_records": ()}
+
+
+async def _fetch(broker: Any, group_id: str, member_id: str, session: Any, body: Any, v: int,
+                 entries: dict[tuple[Any, int], dict[str, Any]]) -> None:
+    """Acquire from the session's partitions, waiting up to MaxWaitMs for something to acquire."""
+    keys = list(session.partitions)
+    if not keys:
+        return
+    shift = session.epoch % len(keys)
+    keys = keys[shift:] + keys[:shift]
+    leaders = []
+    for key in keys:
+        partition, code, message = resolve_partition(broker, *key)
+        if partition is None:
+            e = entries.setdefault(key, _entry(broker, key[1], None))
+            e.update(error_code=code, error_message=message)
+            continue
+        leader = broker.share.leader(group_id, partition)
+        try:
+            await leader.ensure_loaded()
+        except LeaderError as exc:
+            e = entries.setdefault(key, _entry(broker, key[1], partition))
+            e.update(error_code=exc.code, error_message=exc.message)
+            continue
+        leaders.append((key, partition, leader))
+    if not leaders:
+        return
+    mode = AcquireMode(getattr(body, "share_acquire_mode", 0) or 0)
+    per_partition_bytes = max(1, min(body.max_bytes // len(leaders), _READ_CAP_BYTES))
+    deadline = time.monotonic() + max(body.max_wait.total_seconds(), 0.0)
+    while True:
+        remaining = body.max_records
+        got_any = False
+        for key, partition, leader in leaders:
+            if remaining <= 0:
+                break
+            if not leader.try_fetch_lock():
+                continue
+            try:
+                acq = leader.acquire(member_id, max_records=remaining, batch_size=body.batch_size, mode=mode,
+                                     max_bytes=per_partition_bytes)
+            finally:
+                leader.release_fetch_lock()
+            if acq.acquired:
+                got_any = True
+                remaining -= sum(r.last_offset - r.first_offset + 1 for r in acq.acquired)
+                e = entries.setdefault(key, _entry(broker, key[1], partition))
+                e["records"] = acq.records
+                e["acquired_records"] = [{"first_offset": r.first_offset, "last_offset": r.last_offset,
+                                          "delivery_count": r.delivery_count} for r in acq.acquired]
+                session.move_to_end(key)
+        wait = deadline - time.monotonic()
+        if got_any or wait <= 0:
+            return
+        waiters = [p.wait_for_append() for _, p, _ in leaders] + [broker.share.waiter(l.key) for _, _, l in leaders]
+        try:
+            await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+
+
+@api(78)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    cls = response_class(78, v)
+    group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
+
+    def top_error(code: ErrorCode, message: str) -> Any:
+        log.warning("share fetch refused", conn=conn.id, group=group_id, member=member_id, epoch=epoch,
+                    error=code.name, message=message)
+        return build(cls, {"throttle_time": 0, "error_code": code, "error_message": message,
+                           "acquisition_lock_timeout": 0, "responses": ()})
+
+    requested = merge_topics(body.topics)
+    is_renew = bool(getattr(body, "is_renew_ack", False))
+    try:
+        check_ids(group_id, member_id)
+        if is_renew:
+            bad = [name for name, value in (("MaxBytes", body.max_bytes), ("MinBytes", body.min_bytes),
+                                            ("MaxRecords", body.max_records),
+                                            ("MaxWaitMs", int(body.max_wait.total_seconds() * 1000))) if value != 0]
+            if bad:
+                raise RequestError(ErrorCode.invalid_request,
+                                   f"{', '.join(bad)} must be 0 when IsRenewAck is true.")
+        sessions = broker.share.sessions
+        if epoch == INITIAL_EPOCH:
+            if any(p.acknowledgement_batches for p in requested.values()):
+                raise RequestError(ErrorCode.invalid_request,
+                                   "Acknowledge data is not allowed in the initial share fetch request.")
+            try:
+                session, _old = sessions.open(group_id, member_id, conn.id)
+            except SessionError as exc:
+                await asyncio.sleep(max(body.max_wait.total_seconds(), 0.0))  # Kafka delays this refusal
+                raise RequestError(exc.code, exc.message) from None
+            bind_to_connection(broker, conn)
+            for key in requested:
+                session.add(key)
+        else:
+            try:
+                session = sessions.check(group_id, member_id, epoch)
+            except SessionError as exc:
+                raise RequestError(exc.code, exc.message) from None
+            if epoch != FINAL_EPOCH:
+                for key in requested:
+                    session.add(key)
+                for t in body.forgotten_topics_data:
+                    for index in t.partitions:
+                        session.forget((t.topic_id, index))
+                session.bump()
+    except RequestError as exc:
+        return top_error(exc.code, exc.message)
+
+    entries: dict[tuple[Any, int], dict[str, Any]] = {}
+    for key, p in requested.items():
+        if not p.acknowledgement_batches:
+            continue
+        code, message = await apply_acknowledgements(broker, group_id, member_id, key[0], key[1],
+                                                     p.acknowledgement_batches, version=v, is_renew=is_renew)
+        partition, _, _ = resolve_partition(broker, *key)
+        e = entries.setdefault(key, _entry(broker, key[1], partition))
+        e.update(acknowledge_error_code=int(code), acknowledge_error_message=message)
+
+    if epoch == FINAL_EPOCH:
+        await broker.share.release_session(session)
+    elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
+        await _fetch(broker, group_id, member_id, session, body, v, entries)
+
+    for key in list(session.pending_new):
+        partition, code, message = resolve_partition(broker, *key)
+        e = entries.setdefault(key, _entry(broker, key[1], partition))
+        if code is not None and e["error_code"] == ErrorCode.none:
+            e.update(error_code=code, error_message=message)
+    session.pending_new.clear()
+
+    by_topic: dict[Any, list[dict[str, Any]]] = {}
+    for (topic_id, _), e in entries.items():
+        by_topic.setdefault(topic_id, []).append(e)
+    return build(cls, {
+        "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+        "acquisition_lock_timeout": broker.share_groups.limits(group_id).record_lock_duration_ms,
+        "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
+        "node_endpoints": (),
+    })

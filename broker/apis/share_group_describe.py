@@ -1,0 +1,45 @@
+"""ShareGroupDescribe (77) v1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from protocol.codec import DecodedRequest, build, response_class
+
+INT32_MIN = -(2**31)
+# READ 3, DELETE 6, DESCRIBE 8 on a GROUP resource
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
+
+
+@api(77)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    groups = []
+    for group_id in body.group_ids:
+        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                                 "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1,
+                                 "assignor_name": "simple", "members": (),
+                                 "authorized_operations": GROUP_OPERATIONS if body.include_authorized_operations else INT32_MIN}
+        group = broker.share_groups.groups.get(group_id)
+        if not group_id:
+            entry.update(error_code=ErrorCode.invalid_group_id, error_message="Group id can't be empty.")
+        elif group is None:
+            kind = broker.group_type(group_id)
+            message = f"Group {group_id} is not a share group." if kind else f"Group {group_id} not found."
+            entry.update(error_code=ErrorCode.group_id_not_found, error_message=message)
+        else:
+            names = {t.topic_id: t.name for t in broker.topics.by_name.values()}
+            entry.update(group_state=group.state, group_epoch=group.epoch, assignment_epoch=group.assignment_epoch,
+                         members=[{
+                             "member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch,
+                             "client_id": m.client_id, "client_host": m.client_host,
+                             "subscribed_topic_names": list(m.subscribed),
+                             "assignment": {"topic_partitions": [
+                                 {"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}
+                                 for tid, ps in m.assignment.items()]},
+                         } for m in group.members.values()])
+        groups.append(entry)
+    return build(response_class(77, req.api_version), {"throttle_time": 0, "groups": groups})

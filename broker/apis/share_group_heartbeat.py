@@ -1,0 +1,29 @@
+"""ShareGroupHeartbeat (76) v1: join, heartbeat and leave a share group; the answer carries the
+member's assignment as topic ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.groups.share_group import HeartbeatError
+from broker.structured_log import get_logger
+from protocol.codec import DecodedRequest, build, response_class
+
+log = get_logger("sharebroker.groups")
+
+
+@api(76)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    cls = response_class(76, req.api_version)
+    body = req.body
+    try:
+        result = await broker.share_groups.heartbeat(body, conn)
+    except HeartbeatError as exc:
+        log.warning("share group heartbeat refused", conn=conn.id, group=body.group_id, member=body.member_id,
+                    epoch=body.member_epoch, error=exc.code.name, message=exc.message)
+        return build(cls, {"throttle_time": 0, "error_code": exc.code, "error_message": exc.message,
+                           "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None})
+    return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, **result})

@@ -1,0 +1,240 @@
+"""A share group as a pure state machine: members, epochs, the SimpleAssignor, and which share
+partitions are initialized. No I/O and no clock: callers pass `now_ms` and the topic metadata.
+
+Kafka's rules (share-groups-spec §9): epoch 0 joins (or rejoins with the same member id), -1
+leaves, other epochs must match the member's current epoch (or its previous one, for a lost
+response); any membership, subscription or metadata change bumps the group epoch, and members take
+the new target assignment immediately (share groups have no revocation phase). Only initialized
+share partitions are assignable."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
+MAX_MEMBER_ID_LENGTH = 36
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """What the assignor needs to know of a subscribed topic."""
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+
+
+Assignment = dict[uuid.UUID, frozenset[int]]
+
+
+@dataclass(slots=True)
+class ShareMember:
+    member_id: str
+    epoch: int = 0
+    previous_epoch: int = -1
+    client_id: str = ""
+    client_host: str = ""
+    rack_id: str | None = None
+    subscribed: tuple[str, ...] = ()
+    assignment: Assignment = field(default_factory=dict)
+    deadline_ms: int = 0
+
+
+@dataclass(slots=True)
+class HeartbeatResult:
+    member_id: str
+    member_epoch: int
+    assignment: Assignment | None  # None = unchanged, not sent
+
+
+def assign_partitions(members: list[str], partitions: list[int], previous: dict[str, set[int]]) -> dict[str, set[int]]:
+    """Kafka's SimpleAssignor for one topic: balance first, stickiness second. When members
+    outnumber partitions each partition is shared by ceil(M/P) members."""
+    result: dict[str, set[int]] = {m: set() for m in members}
+    m_count, p_count = len(members), len(partitions)
+    if m_count == 0 or p_count == 0:
+        return result
+    sharing = math.ceil(m_count / p_count)
+    per_member = sharing * p_count / m_count
+    quota = {m: math.ceil(per_member * (i + 1)) - math.ceil(per_member * i) for i, m in enumerate(members)}
+    valid = set(partitions)
+    shared: Counter[int] = Counter()
+    for m in members:  # keep what each member had, within its quota and the sharing bound
+        for p in sorted(previous.get(m, ())):
+            if p in valid and len(result[m]) < quota[m] and shared[p] < sharing:
+                result[m].add(p)
+                shared[p] += 1
+    cursor = 0
+    for _round in range(sharing):
+        for p in partitions:
+            if shared[p] > _round:
+                continue
+            for step in range(m_count):
+                m = members[(cursor + step) % m_count]
+                if len(result[m]) < quota[m] and p not in result[m]:
+                    result[m].add(p)
+                    shared[p] += 1
+                    cursor = (cursor + step + 1) % m_count
+                    break
+    return result
+
+
+class ShareGroup:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ShareMember] = {}
+        self.initialized: dict[uuid.UUID, set[int]] = {}
+        self.known_topics: dict[str, uuid.UUID] = {}  # topics this group has initialized, by name
+        self._metadata_signature: tuple = ()
+
+    @property
+    def state(self) -> str:
+        return STABLE if self.members else EMPTY
+
+    def subscribed_topic_names(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed}
+
+    # -- membership -------------------------------------------------------------------------------
+
+    def heartbeat(self, *, member_id: str, member_epoch: int, rack_id: str | None,
+                  subscribed: tuple[str, ...] | None, client_id: str, client_host: str,
+                  now_ms: int, session_timeout_ms: int, max_size: int) -> HeartbeatResult:
+        """Validate and apply one heartbeat (join, beat, leave); the caller then calls
+        `reconcile` with fresh topic metadata."""
+        if member_epoch == -1:
+            member = self.members.get(member_id)
+            if member is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id,
+                                     f"Member {member_id} is not a member of group {self.group_id}.")
+            self.remove_member(member_id)
+            return HeartbeatResult(member_id, -1, None)
+        member = self.members.get(member_id)
+        joining = member_epoch == 0
+        if joining:
+            if member is None:
+                if len(self.members) >= max_size:
+                    raise HeartbeatError(ErrorCode.group_max_size_reached,
+                                         f"The share group {self.group_id} has reached its maximum capacity of {max_size} members.")
+                member = ShareMember(member_id)
+                self.members[member_id] = member
+                self.epoch += 1
+        else:
+            if member is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id,
+                                     f"Member {member_id} is not a member of group {self.group_id}.")
+            if member_epoch != member.epoch and member_epoch != member.previous_epoch:
+                raise HeartbeatError(ErrorCode.fenced_member_epoch,
+                                     f"The share group member has an invalid epoch {member_epoch}; "
+                                     f"its current epoch is {member.epoch}.")
+        member.client_id = client_id
+        member.client_host = client_host
+        if rack_id is not None:
+            member.rack_id = rack_id
+        if subscribed is not None and tuple(sorted(set(subscribed))) != member.subscribed:
+            member.subscribed = tuple(sorted(set(subscribed)))
+            self.epoch += 1
+        member.deadline_ms = now_ms + session_timeout_ms
+        return HeartbeatResult(member_id, member.epoch, None)
+
+    def remove_member(self, member_id: str) -> None:
+        if self.members.pop(member_id, None) is not None:
+            self.epoch += 1
+            if not self.members:
+                self.assignment_epoch = self.epoch
+
+    def expired_members(self, now_ms: int) -> list[str]:
+        return [m.member_id for m in self.members.values() if m.deadline_ms <= now_ms]
+
+    # -- share-partition initialization and assignment -------------------------------------------
+
+    def partitions_to_initialize(self, topics: dict[str, TopicInfo]) -> list[tuple[TopicInfo, int, int]]:
+        """(topic, partition, start offset) for every subscribed partition not yet initialized:
+        -1 (share.auto.offset.reset decides) for a topic new to the group, 0 for new partitions of
+        a topic the group already knows, so nothing produced to them is skipped."""
+        todo = []
+        for name in sorted(self.subscribed_topic_names()):
+            info = topics.get(name)
+            if info is None:
+                continue
+            done = self.initialized.get(info.topic_id, set())
+            known = self.known_topics.get(name) == info.topic_id
+            for p in range(info.partitions):
+                if p not in done:
+                    todo.append((info, p, 0 if known else -1))
+        return todo
+
+    def mark_initialized(self, info: TopicInfo, partitions: list[int]) -> None:
+        if not partitions:
+            return
+        self.initialized.setdefault(info.topic_id, set()).update(partitions)
+        self.known_topics[info.name] = info.topic_id
+        self.epoch += 1
+
+    def forget_topic(self, topic_id: uuid.UUID) -> bool:
+        """A deleted topic leaves the group's initialized state; True if it was there."""
+        found = self.initialized.pop(topic_id, None) is not None
+        for name, tid in list(self.known_topics.items()):
+            if tid == topic_id:
+                del self.known_topics[name]
+                found = True
+        if found:
+            self.epoch += 1
+        return found
+
+    def reconcile(self, topics: dict[str, TopicInfo]) -> None:
+        """Bump the epoch if subscribed topics' metadata changed, recompute the target assignment
+        when it is behind the group epoch, and move every member onto it."""
+        signature = tuple(sorted((n, str(topics[n].topic_id), topics[n].partitions)
+                                 for n in self.subscribed_topic_names() if n in topics))
+        if signature != self._metadata_signature:
+            self._metadata_signature = signature
+            self.epoch += 1
+        if self.assignment_epoch >= self.epoch:
+            return
+        previous = {m.member_id: m.assignment for m in self.members.values()}
+        target: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in self.members}
+        for name in sorted(self.subscribed_topic_names()):
+            info = topics.get(name)
+            if info is None:
+                continue
+            assignable = sorted(p for p in self.initialized.get(info.topic_id, ()) if p < info.partitions)
+            subscribers = [m.member_id for m in self.members.values() if name in m.subscribed]
+            prev = {m: set(previous[m].get(info.topic_id, ())) for m in subscribers}
+            for m, parts in assign_partitions(subscribers, assignable, prev).items():
+                if parts:
+                    target[m][info.topic_id] = parts
+        self.assignment_epoch = self.epoch
+        for member in self.members.values():
+            member.previous_epoch = member.epoch
+            member.epoch = self.assignment_epoch
+            member.assignment = {tid: frozenset(ps) for tid, ps in target[member.member_id].items()}
+
+
+def validate_heartbeat(group_id: str | None, member_id: str | None, member_epoch: int, rack_id: str | None,
+                       subscribed: tuple[str, ...] | None) -> None:
+    """Request validation in Kafka's order (§9.1), raising INVALID_REQUEST with its messages."""
+    if member_id is None or member_id == "" or len(member_id) > MAX_MEMBER_ID_LENGTH:
+        if member_id == "":
+            raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
+        raise HeartbeatError(ErrorCode.invalid_request, "Invalid member id in the request.")
+    if group_id is None or group_id == "":
+        raise HeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
+    if rack_id is not None and rack_id == "":
+        raise HeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
+    if member_epoch == 0 and not subscribed:
+        raise HeartbeatError(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
+    if member_epoch < -1:
+        raise HeartbeatError(ErrorCode.invalid_request, "MemberEpoch is invalid.")

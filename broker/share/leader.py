@@ -1,0 +1,299 @@
+"""The share-partition leader: the one owner of a (group, topic, partition)'s in-flight state.
+It loads the state from the persister on first use, reads the log for acquisitions, applies
+acknowledgements with Kafka's two-phase write (mark, persist, commit or roll back), runs the
+acquisition-lock timer, and wakes waiting ShareFetch requests when records become available."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.flusher import now_ms
+from broker.share.partition import (
+    AcquiredRange, AcquireMode, LogBatch, PersistedBatch, SharePartition, ShareError, ShareLimits, StateWrite,
+)
+from broker.share_state.persister import PersisterError, StateBatch
+from broker.structured_log import get_logger
+from protocol.record_batch import iter_batch_headers
+from storage import OffsetOutOfRange
+
+log = get_logger("sharebroker.share")
+
+LATEST, EARLIEST = -1, -2
+
+
+class LeaderError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _map_persister_error(exc: PersisterError) -> LeaderError:
+    code = exc.code
+    if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress):
+        return LeaderError(ErrorCode.coordinator_not_available, exc.message)
+    if code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
+        return LeaderError(ErrorCode.not_leader_or_follower, exc.message)
+    if code in (ErrorCode.group_id_not_found, ErrorCode.unknown_topic_or_partition):
+        return LeaderError(ErrorCode(code), exc.message)
+    return LeaderError(ErrorCode.unknown_server_error, exc.message)
+
+
+@dataclass(slots=True)
+class Acquisition:
+    records: bytes
+    acquired: list[AcquiredRange]
+
+
+class SharePartitionLeader:
+    def __init__(self, owner: Any, group_id: str, partition: Any) -> None:
+        self.owner = owner  # SharePartitions: persister, group configs, wake-ups
+        self.group_id = group_id
+        self.partition = partition
+        self.topic_id = partition.topic.topic_id
+        self.sp: SharePartition | None = None
+        self.state_epoch = 0
+        self._loading: asyncio.Future[None] | None = None
+        self._fetch_lock = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self.fenced = False
+
+    @property
+    def key(self) -> tuple[str, Any, int]:
+        return (self.group_id, self.topic_id, self.partition.index)
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    async def ensure_loaded(self) -> SharePartition:
+        if self.sp is not None:
+            return self.sp
+        if self._loading is None:
+            self._loading = asyncio.get_running_loop().create_future()
+            try:
+                await self._load()
+                self._loading.set_result(None)
+            except BaseException as exc:
+                self._loading.set_exception(exc)
+                self._loading.exception()  # retrieved: waiters re-raise it themselves
+                self._loading = None
+                raise
+        else:
+            await asyncio.shield(self._loading)
+        assert self.sp is not None
+        return self.sp
+
+    async def _load(self) -> None:
+        persister = self.owner.persister
+        try:
+            state = await persister.read(self.group_id, self.topic_id, self.partition.index, self.partition.leader_epoch)
+        except PersisterError as exc:
+            raise _map_persister_error(exc) from None
+        start = state.start_offset
+        if start < 0:
+            start = self._reset_offset()
+        persisted = [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                     for b in state.batches]
+        try:
+            sp = SharePartition(start_offset=start, persisted=persisted)
+        except ValueError as exc:
+            raise LeaderError(ErrorCode.unknown_server_error, f"Invalid persisted share state: {exc}") from None
+        self.state_epoch = state.state_epoch
+        plog = self.partition.log
+        if sp.start_offset < plog.log_start_offset:
+            sp.move_log_start(plog.log_start_offset)
+        self.sp = sp
+        initial = sp.take_initial_write()
+        if initial is not None:
+            await self._persist(initial, ignore_failure=True)
+        log.info("share partition loaded", group=self.group_id, topic=self.partition.topic.name,
+                 partition=self.partition.index, start_offset=sp.start_offset, state_epoch=self.state_epoch,
+                 in_flight_batches=len(state.batches))
+
+    def _reset_offset(self) -> int:
+        """share.auto.offset.reset for a partition whose start offset was never persisted."""
+        plog = self.partition.log
+        reset = self.owner.auto_offset_reset(self.group_id)
+        ts = reset.timestamp(now_ms())
+        if ts == LATEST:
+            return plog.high_watermark
+        if ts == EARLIEST:
+            return plog.log_start_offset
+        found = plog.offset_for_timestamp(ts)
+        return found[0] if found is not None else plog.high_watermark
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    async def _persist(self, write: StateWrite, *, ignore_failure: bool = False) -> None:
+        """Write, then commit; roll back on failure (lock expiry keeps its transitions)."""
+        sp = self.sp
+        assert sp is not None
+        limits = self.owner.limits(self.group_id)
+        batches = [StateBatch(b.first_offset, b.last_offset, int(b.state), b.delivery_count) for b in write.batches]
+        try:
+            await self.owner.persister.write(
+                self.group_id, self.topic_id, self.partition.index, state_epoch=self.state_epoch,
+                leader_epoch=self.partition.leader_epoch, start_offset=write.start_offset,
+                delivery_complete_count=write.delivery_complete_count, batches=batches)
+        except PersisterError as exc:
+            if write.kind == "expiry" or ignore_failure:
+                sp.commit(write, now_ms=now_ms())
+            else:
+                sp.rollback(write, limits=limits, now_ms=now_ms())
+            self._after_change()
+            mapped = _map_persister_error(exc)
+            if mapped.code == ErrorCode.not_leader_or_follower:
+                self.fenced = True
+                self.owner.drop(self)
+            log.warning("share state write failed", group=self.group_id, topic=self.partition.topic.name,
+                        partition=self.partition.index, error=exc.code.name, message=exc.message, kind=write.kind)
+            if write.kind != "expiry" and not ignore_failure:
+                raise mapped from None
+            return
+        sp.commit(write, now_ms=now_ms())
+        self._after_change()
+
+    def _after_change(self) -> None:
+        self._arm_timer()
+        self.owner.wake(self)
+
+    # -- acquisition -----------------------------------------------------------------------------
+
+    def try_fetch_lock(self) -> bool:
+        if self._fetch_lock or self.fenced:
+            return False
+        self._fetch_lock = True
+        return True
+
+    def release_fetch_lock(self) -> None:
+        self._fetch_lock = False
+
+    def can_acquire(self) -> bool:
+        if self.sp is None:
+            return True
+        self._expire_due()
+        if not self.sp.can_acquire(self.owner.limits(self.group_id)):
+            return False
+        return self.sp.next_fetch_offset() < self.partition.log.high_watermark
+
+    def acquire(self, member_id: str, *, max_records: int, batch_size: int, mode: AcquireMode,
+                max_bytes: int) -> Acquisition:
+        """Read from the next fetch offset and acquire; the caller holds the fetch lock."""
+        sp = self.sp
+        assert sp is not None
+        self._expire_due()
+        limits = self.owner.limits(self.group_id)
+        if max_records <= 0 or not sp.can_acquire(limits):
+            return Acquisition(b"", [])
+        plog = self.partition.log
+        for _attempt in range(2):
+            offset = sp.next_fetch_offset()
+            if offset >= plog.high_watermark:
+                return Acquisition(b"", [])
+            try:
+                read = plog.read(offset, max(max_bytes, 1), max_offset=plog.high_watermark, min_one_batch=True)
+                break
+            except OffsetOutOfRange:
+                sp.move_log_start(plog.log_start_offset)  # records deleted under us: skip ahead
+        else:
+            return Acquisition(b"", [])
+        data = read.records
+        if not data:
+            return Acquisition(b"", [])
+        headers = list(iter_batch_headers(data))
+        batches = [LogBatch(h.base_offset, h.last_offset) for h in headers]
+        acquired = sp.acquire(member_id, batches, max_records=max_records, batch_size=batch_size, mode=mode,
+                              limits=limits, now_ms=now_ms(), fetch_offset=offset)
+        if not acquired:
+            return Acquisition(b"", [])
+        self._arm_timer()
+        lo, hi = acquired[0].first_offset, acquired[-1].last_offset
+        start = end = None
+        for h in headers:
+            if h.last_offset < lo:
+                continue
+            if h.base_offset > hi:
+                break
+            if start is None:
+                start = h.position
+            end = h.position + h.size
+        return Acquisition(bytes(data[start:end]) if start is not None else b"", acquired)
+
+    # -- acknowledgement and release -------------------------------------------------------------
+
+    async def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], *, is_renew: bool) -> None:
+        """Apply acknowledgements; raises LeaderError with the partition's error code."""
+        sp = await self.ensure_loaded()
+        self._expire_due()
+        limits = self.owner.limits(self.group_id)
+        try:
+            write = sp.acknowledge(member_id, batches, limits=limits, now_ms=now_ms(), is_renew=is_renew)
+        except ShareError as exc:
+            raise LeaderError(ErrorCode(exc.code), exc.message) from None
+        if write is None:
+            self._arm_timer()
+            return
+        await self._persist(write)
+
+    async def release_member(self, member_id: str) -> None:
+        if self.sp is None:
+            return
+        write = self.sp.release_member(member_id, limits=self.owner.limits(self.group_id), now_ms=now_ms())
+        if write is not None:
+            try:
+                await self._persist(write)
+            except LeaderError:
+                pass  # already logged; the records come back through lock expiry
+
+    # -- lock expiry -----------------------------------------------------------------------------
+
+    def _expire_due(self) -> None:
+        sp = self.sp
+        if sp is None:
+            return
+        deadline = sp.next_lock_deadline()
+        if deadline is not None and deadline <= now_ms():
+            self._on_timer()
+
+    def _arm_timer(self) -> None:
+        sp = self.sp
+        if sp is None:
+            return
+        deadline = sp.next_lock_deadline()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, (deadline - now_ms()) / 1000)
+            self._timer = loop.call_at(loop.time() + delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        sp = self.sp
+        if sp is None or self.fenced:
+            return
+        write = sp.expire_locks(limits=self.owner.limits(self.group_id), now_ms=now_ms())
+        if write is None:
+            self._arm_timer()
+            return
+        asyncio.get_running_loop().create_task(self._persist(write))
+        self._arm_timer()
+        self.owner.wake(self)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.fenced = True
+
+
+__all__ = ["SharePartitionLeader", "LeaderError", "Acquisition"]

@@ -1,0 +1,139 @@
+"""Restart and kill -9: acknowledged data and topic ids survive; recovery leaves no torn batch."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+import zlib
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer, TopicCollection
+
+from tests.integration.clients import admin, consume_from_beginning, create_topic, produce_sync, producer_conf
+from tests.integration.rawkafka import RawClient, fetch_all_batches
+from tests.support.broker_process import wait_for
+
+
+def _topic_id(bootstrap: str, name: str) -> uuid.UUID:
+    client = admin(bootstrap)  # keep the handle alive until the future resolves
+    desc = client.describe_topics(TopicCollection([name]), request_timeout=10)[name].result(timeout=15)
+    tid = desc.topic_id
+    msb = tid.get_most_significant_bits() & (2**64 - 1)
+    lsb = tid.get_least_significant_bits() & (2**64 - 1)
+    return uuid.UUID(int=(msb << 64) | lsb)
+
+
+def test_restart_keeps_records_and_topic_ids(make_broker, topic_name) -> None:
+    broker = make_broker()
+    create_topic(broker.bootstrap, topic_name, partitions=3, config={"retention.ms": "86400000"})
+    p = Producer(producer_conf(broker.bootstrap))
+    items = [{"key": f"k{i}".encode(), "value": f"v{i}".encode(), "partition": i % 3,
+              "headers": [("h", str(i).encode())], "timestamp": 1_700_000_000_000 + i} for i in range(300)]
+    produce_sync(p, topic_name, items)
+    id_before = _topic_id(broker.bootstrap, topic_name)
+    assert id_before.int != 0
+
+    assert broker.stop() == 0
+    assert "broker stopped" in broker.log_text()
+    broker.start()
+
+    assert _topic_id(broker.bootstrap, topic_name) == id_before
+    for part in range(3):
+        msgs = consume_from_beginning(broker.bootstrap, topic_name, 100, partition=part)
+        assert [m.offset() for m in msgs] == list(range(100))
+        expected = [i for i in range(300) if i % 3 == part]
+        assert [m.value() for m in msgs] == [f"v{i}".encode() for i in expected]
+        assert [m.key() for m in msgs] == [f"k{i}".encode() for i in expected]
+        assert [m.timestamp()[1] for m in msgs] == [1_700_000_000_000 + i for i in expected]
+        assert [m.headers() for m in msgs] == [[("h", str(i).encode())] for i in expected]
+    # New records continue at the right offset after the restart.
+    produce_sync(p, topic_name, [{"value": b"after", "partition": 0}])
+    msgs = consume_from_beginning(broker.bootstrap, topic_name, 101, partition=0)
+    assert msgs[100].offset() == 100 and msgs[100].value() == b"after"
+
+
+def _produce_until_killed(bootstrap: str, topic: str, acked: dict[int, bytes], stop: threading.Event) -> None:
+    p = Producer(producer_conf(bootstrap, **{"linger.ms": 2, "acks": "all", "message.timeout.ms": 3000,
+                                             "retries": 0, "enable.idempotence": False}))
+    seq = 0
+
+    def on_delivery(err, msg) -> None:
+        if err is None:
+            acked[msg.offset()] = msg.value()
+
+    while not stop.is_set():
+        try:
+            p.produce(topic, value=f"rec-{seq:08d}".encode() * 4, on_delivery=on_delivery)
+            seq += 1
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(5)
+
+
+def _check_log_intact(bootstrap: str, topic: str, acked: dict[int, bytes]) -> None:
+    with RawClient(bootstrap) as raw:
+        batches = fetch_all_batches(raw, topic, 0)
+    stored: dict[int, bytes] = {}
+    expected_next = 0
+    for b in batches:
+        assert b.crc_ok, f"batch at offset {b.base_offset} fails its CRC after recovery"
+        assert b.base_offset == expected_next, "offsets are not contiguous after recovery"
+        for r in b.records():
+            stored[r.offset] = r.value
+        expected_next = b.last_offset + 1
+    missing = [o for o in acked if o not in stored]
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. offsets {missing[:5]}"
+    changed = [o for o, v in acked.items() if stored[o] != v]
+    assert not changed, f"acknowledged records changed at offsets {changed[:5]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fsync", [True, False], ids=["group-commit-fsync", "os-flush"])
+def test_kill_during_produce_load_loses_no_acknowledged_record(make_broker, topic_name, fsync: bool) -> None:
+    broker = make_broker(fsync=fsync)
+    create_topic(broker.bootstrap, topic_name, partitions=1, config={"segment.bytes": str(1024 * 1024)})
+    for _round in range(3):
+        acked: dict[int, bytes] = {}
+        stop = threading.Event()
+        before = len(acked)
+        t = threading.Thread(target=_produce_until_killed, args=(broker.bootstrap, topic_name, acked, stop))
+        t.start()
+        wait_for(lambda: len(acked) > before + 3000, timeout=30, message="records acknowledged under load")
+        broker.kill()  # SIGKILL while the producer is still sending
+        stop.set()
+        t.join(15)
+        broker.start()
+        _check_log_intact(broker.bootstrap, topic_name, acked)
+
+
+def test_torn_tail_is_truncated_and_reported(make_broker, topic_name) -> None:
+    broker = make_broker()
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    p = Producer(producer_conf(broker.bootstrap))
+    reports = produce_sync(p, topic_name, [{"value": f"good-{i}".encode()} for i in range(50)])
+    acked = {m.offset(): m.value() for m in reports}
+    broker.kill()
+    # A crash in the middle of a write leaves part of a batch at the end of the active segment.
+    part_dir = Path(broker.data_dir) / f"{topic_name}-0"
+    segment = sorted(part_dir.glob("*.log"))[-1]
+    good_size = segment.stat().st_size
+    with open(segment, "ab") as f:
+        torn = (50).to_bytes(8, "big") + (400).to_bytes(4, "big") + zlib.compress(b"half a batch")[:30]
+        f.write(torn)
+    broker.start()
+    assert segment.stat().st_size == good_size, "the torn tail was not truncated"
+    recovery_lines = [line for line in broker.log_text().splitlines() if "log recovery" in line]
+    assert recovery_lines and topic_name in recovery_lines[-1], "recovery did not report the truncation"
+    _check_log_intact(broker.bootstrap, topic_name, acked)
+    # The log continues at the next offset after the good data.
+    more = produce_sync(p := Producer(producer_conf(broker.bootstrap)), topic_name, [{"value": b"next"}])
+    assert more[0].offset() == 50
+
+
+def test_startup_time_on_empty_data_dir_is_reported(make_broker) -> None:
+    """Start-up speed is measured by `make bench`; here only that the broker logs its figure."""
+    broker = make_broker()
+    started = [line for line in broker.log_text().splitlines() if '"broker started"' in line]
+    assert started and '"startup_ms"' in started[-1]
