@@ -89,6 +89,9 @@ class Broker:
         self.flusher = Flusher()
         self.flusher.start()
         self.share_groups.start()
+        if notes:  # recovery rewrote files: make the repaired state durable before serving
+            for p in self.topics.all_partitions():
+                self.flusher.request(p.log)
         listener = self.config.listeners[0]
         self._server = await asyncio.start_server(
             self._accept, host=listener.host or None, port=listener.port, reuse_address=True,
@@ -224,6 +227,11 @@ class Broker:
                 await self.flusher.sync(plog)
             else:
                 self.flusher.request(plog)
+
+    def segment_rolled(self, partition: Partition) -> None:
+        """A rolled segment is complete: flush it off the loop so the recovery point moves on."""
+        if self.flusher is not None:
+            self.flusher.request(partition.log)
 
     # -- timers ---------------------------------------------------------------------------------
 

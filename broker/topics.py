@@ -118,7 +118,7 @@ class Topics:
             topic = Topic(name, _as_uuid(meta.topic_id), dict(meta.configs), topic_config(self._config, meta.configs))
             lc = log_config(topic.config)
             for i in range(meta.partitions):
-                plog = opened.get((name, i)) or self.logs.create(name, i, lc, now_ms=now_ms)
+                plog = opened.get((name, i)) or self.logs.create(name, i, lc, now_ms=now_ms, topic_id=topic.topic_id)
                 topic.partitions.append(Partition(topic, i, plog))
             self._index(topic)
         return notes
@@ -154,7 +154,8 @@ class Topics:
         topic = Topic(name, _as_uuid(meta.topic_id), dict(overrides), topic_config(self._config, overrides))
         lc = log_config(topic.config)
         for i in range(partitions):
-            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms)))
+            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms,
+                                                                         topic_id=topic.topic_id)))
         self._index(topic)
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(topic.topic_id), configs=overrides)
         return topic
@@ -174,7 +175,8 @@ class Topics:
         self.store.set_partitions(name, total)
         lc = log_config(topic.config)
         for i in range(len(topic.partitions), total):
-            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms)))
+            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms,
+                                                                         topic_id=topic.topic_id)))
         log.info("partitions added", topic=name, partitions=total)
 
     def set_overrides(self, name: str, overrides: dict[str, str]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ __all__ = [
     "parse_batches",
     "parse_produce_records",
     "read_header",
+    "record_timestamps",
 ]
 
 BATCH_HEADER_SIZE = 61
@@ -229,6 +231,20 @@ def parse_produce_records(buf: bytes | bytearray | memoryview, *, api_version: i
     produce v7. CORRUPT_MESSAGE: as in `parse_batches`. Deviation: bytes after the one batch are
     refused (CORRUPT_MESSAGE) where Kafka would silently trim a partial trailing batch."""
     n = len(buf)
+    if n >= BATCH_HEADER_SIZE:
+        # Fast path for the batch every well-behaved client sends; anything else takes the
+        # step-by-step path below, which finds the error Kafka would report first.
+        f = _HEADER.unpack_from(buf, 0)
+        attrs = f[5]
+        if (f[1] + LOG_OVERHEAD == n and f[3] == 2 and f[0] == 0 and f[1] >= MIN_BATCH_LENGTH
+                and f[12] == f[6] + 1 > 0 and not attrs & CONTROL_BIT and (f[9] < 0 or f[11] >= 0)
+                and (attrs & COMPRESSION_MASK) < ZSTD + (0 if api_version is not None and api_version < 7 else 1)
+                and (max_message_bytes is None or n <= max_message_bytes)):
+            crc = crc32c(memoryview(buf)[_CRC_START:])
+            if crc != f[4]:
+                raise InvalidRecordError(CORRUPT_MESSAGE, f"Record is corrupt (stored crc = {f[4]}, computed crc = "
+                                                          f"{crc}).")
+            return [BatchHeader(*f, 0)]
     # Kafka walks batch sizes first: a size below 14 or a bad magic is corrupt, anything shorter
     # than one whole batch means "no batch".
     if n >= LOG_OVERHEAD:
@@ -366,6 +382,79 @@ def assign_offsets(buf: bytearray, headers: Sequence[BatchHeader], base_offset: 
     return nxt
 
 
+# -- record timestamps (ListOffsets only: one batch, decoded off the hot path) ------------------
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _decompress(codec: int, data: bytes) -> bytes | None:
+    """The records section of a compressed batch, or None when the codec's library is absent
+    (snappy, lz4 and zstd are optional: only ListOffsets-by-timestamp ever needs them)."""
+    if codec == GZIP:
+        return zlib.decompress(data, 47)  # 47: gzip or zlib header, detected
+    try:
+        if codec == SNAPPY:
+            import snappy  # type: ignore[import-not-found]
+            if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: 16-byte header, sized blocks
+                out = bytearray()
+                pos = 16
+                while pos + 4 <= len(data):
+                    n = _I32.unpack_from(data, pos)[0]
+                    out += snappy.uncompress(data[pos + 4:pos + 4 + n])
+                    pos += 4 + n
+                return bytes(out)
+            return snappy.uncompress(data)
+        if codec == LZ4:
+            import lz4.frame  # type: ignore[import-not-found]
+            return lz4.frame.decompress(data)
+        if codec == ZSTD:
+            import zstandard  # type: ignore[import-not-found]
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    except ImportError:
+        return None
+    raise InvalidRecordError(CORRUPT_MESSAGE, f"unknown compression type id {codec}")
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError(CORRUPT_MESSAGE, "varint longer than 10 bytes")
+
+
+def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, int]] | None:
+    """(offset, timestamp) of every record of one whole batch, decompressing if needed; None if
+    the codec's library is not installed. Per-record work: for ListOffsets, never for produce or
+    fetch. LogAppendTime batches need no decoding: every record carries the batch max timestamp."""
+    h = read_header(batch, 0)
+    if h.timestamp_type == 1:
+        return [(h.base_offset + i, h.max_timestamp) for i in range(h.last_offset_delta + 1)]
+    body: bytes | None = bytes(memoryview(batch)[BATCH_HEADER_SIZE:h.size])
+    if h.compression:
+        body = _decompress(h.compression, body)
+        if body is None:
+            return None
+    out = []
+    pos = 0
+    try:
+        for _ in range(h.record_count):
+            length, pos = _varint(body, pos)
+            end = pos + length
+            ts_delta, p = _varint(body, pos + 1)  # after the attributes byte
+            off_delta, _ = _varint(body, p)
+            out.append((h.base_offset + off_delta, h.base_timestamp + ts_delta))
+            pos = end
+    except IndexError:
+        raise InvalidRecordError(CORRUPT_MESSAGE, "records end before the batch's record count") from None
+    return out
+
+
 # -- encoding (internal topics and tests; per-record work, so never on the produce path) -------
 
 def _zigzag(out: bytearray, v: int) -> None:
@@ -393,7 +482,7 @@ def encode_batch(records: Sequence[RecordSpec], *, timestamp_ms: int, base_offse
                  log_append_time: bool = False, compression: int = NONE) -> bytearray:
     """Encode one v2 record batch. Each record is (key, value[, headers[, timestamp_ms]]) with
     headers a sequence of (str | bytes key, bytes | None value); record timestamps default to
-    `timestamp_ms`. Compression: NONE or GZIP (stdlib) only."""
+    `timestamp_ms`. Compression: gzip uses the stdlib; snappy, lz4 and zstd need their libraries."""
     if not records:
         raise ValueError("a record batch holds at least one record")
     stamps = [r[3] if len(r) > 3 and r[3] is not None else timestamp_ms for r in records]
@@ -418,8 +507,17 @@ def encode_batch(records: Sequence[RecordSpec], *, timestamp_ms: int, base_offse
         body += rec
     if compression == GZIP:
         body = bytearray(gzip.compress(bytes(body)))
+    elif compression == SNAPPY:
+        import snappy  # type: ignore[import-not-found]
+        body = bytearray(snappy.compress(bytes(body)))
+    elif compression == LZ4:
+        import lz4.frame  # type: ignore[import-not-found]
+        body = bytearray(lz4.frame.compress(bytes(body)))
+    elif compression == ZSTD:
+        import zstandard  # type: ignore[import-not-found]
+        body = bytearray(zstandard.ZstdCompressor().compress(bytes(body)))
     elif compression != NONE:
-        raise ValueError(f"encode_batch supports no compression or gzip, not id {compression}")
+        raise ValueError(f"unknown compression type id {compression}")
     attrs = compression
     if log_append_time:
         attrs |= TIMESTAMP_TYPE_BIT

@@ -19,7 +19,10 @@ def fsync_dir(path: Path) -> None:
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """os.write until everything is written (it may write less than asked)."""
-    view = memoryview(data)
+    n = os.write(fd, data)
+    if n == len(data):
+        return
+    view = memoryview(data)[n:]
     try:
         while view:
             n = os.write(fd, view)

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -135,11 +136,13 @@ class LogManager:
             fsync_dir(self.log_dir)
         return dict(self._logs)
 
-    def create(self, topic: str, partition: int, config: LogConfig, *, now_ms: int,
+    def create(self, topic: str, partition: int, config: LogConfig, *, now_ms: int | None = None,
                topic_id: uuid.UUID | str | None = None) -> PartitionLog:
         """The log of a new partition (its directory is created and made durable). An already open
         log is returned as is, unless `topic_id` shows it belongs to an older topic of the same
         name, in which case it is deleted first."""
+        if now_ms is None:
+            now_ms = time.time_ns() // 1_000_000
         key = (topic, partition)
         tid = str(uuid.UUID(str(topic_id))) if topic_id is not None else None
         log = self._logs.get(key)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.record_batch import BatchHeader, assign_offsets
+from protocol.record_batch import BatchHeader, InvalidRecordError, assign_offsets, record_timestamps
 from storage.files import fsync_dir
 from storage.log_config import LogConfig
 from storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name
@@ -123,11 +123,10 @@ class PartitionLog:
                 seg = segments[i]
                 damaged_at_load = bool(seg.index_damage)
                 if i >= first_recovered:
-                    if i == first_recovered and not seg.time_index_damaged:
-                        start = seg.lookup(recovery_point)
-                        note = seg.scan(start, config, crc_from=start)
-                    else:
-                        note = seg.scan(0, config, crc_from=0)
+                    start = seg.lookup(recovery_point) if i == first_recovered else 0
+                    # A damaged time index is re-derived from the segment start; CRCs still only
+                    # from the recovery point on.
+                    note = seg.scan(0 if seg.time_index_damaged else start, config, crc_from=start)
                     if note:
                         report.append(note)
                         for later in segments[i + 1:]:
@@ -157,7 +156,7 @@ class PartitionLog:
                 if a.next_offset > b.base_offset:
                     report.append(f"segment {a.log_path.name} ends at offset {a.next_offset}, past the base "
                                   f"offset of the next segment {b.base_offset}")
-            dir_dirty = False
+            dir_dirty = bool(report)  # files were removed or cut: make that durable at the next flush
             if not segments:
                 segments.append(LogSegment.create(path, max(log_start_offset, 0), now_ms))
                 dir_dirty = True
@@ -218,12 +217,16 @@ class PartitionLog:
         if headers[0].position != 0 or tail.position + tail.size != total:
             raise ValueError("headers do not cover the buffer exactly")
         config = self.config
-        count = 0
-        max_ts = -1
-        for h in headers:
-            count += h.last_offset_delta + 1
-            if h.max_timestamp > max_ts:
-                max_ts = h.max_timestamp
+        if len(headers) == 1:
+            count = tail.last_offset_delta + 1
+            max_ts = tail.max_timestamp
+        else:
+            count = 0
+            max_ts = -1
+            for h in headers:
+                count += h.last_offset_delta + 1
+                if h.max_timestamp > max_ts:
+                    max_ts = h.max_timestamp
         if log_append_time:
             max_ts = now_ms
         with self._lock:
@@ -233,10 +236,10 @@ class PartitionLog:
             last = first + count - 1
             seg = self._segments[-1]
             rolled = False
-            if seg.size > 0 and (seg.size > config.segment_bytes - total
-                                 or self._segment_expired(seg, now_ms, max_ts)
-                                 or seg.index_full(config)
-                                 or last - seg.base_offset > _INT32_MAX):
+            if seg.size and (seg.size > config.segment_bytes - total
+                             or self._segment_expired(seg, now_ms, max_ts)
+                             or seg.index_full(config)
+                             or last - seg.base_offset > _INT32_MAX):
                 seg = self._roll(now_ms)
                 rolled = True
             assign_offsets(buf, headers, first, leader_epoch, log_append_time_ms=now_ms if log_append_time else None)
@@ -326,28 +329,59 @@ class PartitionLog:
     # -- timestamps -----------------------------------------------------------------------------
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """ListOffsets by timestamp: (offset, timestamp) of the first batch at or after the log
-        start offset whose max timestamp is >= `timestamp_ms`, or None. Records are not decoded:
-        the offset is the batch's base offset (or the log start offset if later) and the timestamp
-        the batch's max timestamp, where Kafka would name the first matching record inside it."""
+        """ListOffsets by timestamp, as Kafka answers it: (offset, timestamp) of the first record at
+        or after the log start offset whose timestamp is >= `timestamp_ms`, or None. The time index
+        and batch headers find the first batch whose max timestamp qualifies; only that batch's
+        records are then decoded (decompressed if need be) to name the record inside it. If its
+        codec's library is not installed, the answer is the batch (base offset, max timestamp)."""
         lso = self.log_start_offset
         for seg in list(self._segments):
             if seg.max_timestamp < timestamp_ms or seg.next_offset <= lso:
                 continue
-            for _pos, base, _size, last, mts, _attrs in seg.walk(seg.time_lookup(timestamp_ms, lso)):
-                if mts >= timestamp_ms and last >= lso:
-                    return max(base, lso), mts
+            try:
+                for pos, base, size, last, mts, _attrs in seg.walk(seg.time_lookup(timestamp_ms, lso)):
+                    if mts < timestamp_ms or last < lso:
+                        continue
+                    records = self._record_timestamps(seg, pos, size)
+                    if records is None:
+                        return max(base, lso), mts
+                    for offset, ts in records:
+                        if ts >= timestamp_ms and offset >= lso:
+                            return offset, ts
+            except TornBatch as torn:
+                raise CorruptLogError(f"{seg.log_path}: {torn}") from None
         return None
 
     def max_timestamp(self) -> tuple[int, int]:
-        """(largest timestamp, its offset) over the log, or (-1, -1) if empty. The offset is the
-        batch's last offset (its base offset for LogAppendTime batches), since records are not
-        decoded to find the exact one."""
-        best_ts, best_off = -1, -1
+        """ListOffsets MAX_TIMESTAMP: (largest timestamp, offset of the first record carrying it),
+        or (-1, -1) if the log holds no timestamps. Segments track their largest timestamp and the
+        batch holding it; that one batch is decoded to name the record (without its codec's
+        library: the batch's last offset, or base offset for LogAppendTime)."""
+        best: LogSegment | None = None
         for seg in list(self._segments):
-            if seg.max_timestamp > best_ts:
-                best_ts, best_off = seg.max_timestamp, seg.offset_of_max_timestamp
-        return best_ts, best_off
+            if seg.max_timestamp > (best.max_timestamp if best else -1):
+                best = seg
+        if best is None:
+            return -1, -1
+        ts, off = best.max_timestamp, best.offset_of_max_timestamp
+        try:
+            for pos, base, size, last, mts, _attrs in best.walk(best.lookup(off)):
+                if base <= off <= last:
+                    if mts == ts:
+                        for offset, t in self._record_timestamps(best, pos, size) or ():
+                            if t == ts:
+                                return ts, offset
+                    break
+        except TornBatch as torn:
+            raise CorruptLogError(f"{best.log_path}: {torn}") from None
+        return ts, off
+
+    @staticmethod
+    def _record_timestamps(seg: LogSegment, pos: int, size: int) -> list[tuple[int, int]] | None:
+        try:
+            return record_timestamps(os.pread(seg.fd, size, pos))
+        except InvalidRecordError:
+            return None  # records we cannot parse: answer at batch level rather than fail the request
 
     # -- deletion -------------------------------------------------------------------------------
 
@@ -460,11 +494,11 @@ class PartitionLog:
                 upto = self.log_end_offset
                 if self._closed:
                     return self.recovery_point
-                segs = [s for s in self._segments if s.dirty or s.index_error is not None]
+                segs = [s for s in self._segments if s.dirty or s.index_pending]
                 for s in segs:
-                    if s.index_error is not None:
-                        s.sync_index_files()  # raises if the disk still refuses
-                        s.index_error = None
+                    s.sync_index_files()  # pending entries first; raises (nothing pinned yet) if refused
+                for s in segs:
+                    s.index_error = None
                     s.dirty = False
                     s.pins += 1
                 dir_dirty, self._dir_dirty = self._dir_dirty, False

@@ -20,6 +20,8 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from crc32c import crc32c
+
 from protocol.record_batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -30,8 +32,6 @@ from protocol.record_batch import (
 )
 from storage.files import write_all
 from storage.log_config import LogConfig
-
-from crc32c import crc32c
 
 INDEX_ENTRY = 8
 TIME_INDEX_ENTRY = 12
@@ -45,6 +45,10 @@ _WALK_SIZE = _WALK.size
 _WALK_BLOCK = 16384  # header-walk read size while batches are small
 _BIG_BATCH = 16384  # past this, read just the next header instead of a block
 _VERIFY_CHUNK = 4 << 20  # CRC recovery reads this much at a time
+# Index entries reach their files in groups (and at every flush, roll and close) rather than one
+# write per append: that write cost as much as a third of a 16 KiB append. Entries a crash loses
+# are re-derived by the tail walk at open, which starts from the last entry on disk.
+_INDEX_WRITE_BATCH = 256
 _IDX = struct.Struct(">ii")
 _TIDX = struct.Struct(">qi")
 
@@ -178,6 +182,7 @@ class LogSegment:
         "base_offset", "directory", "fd", "idx_fd", "tidx_fd", "size", "next_offset",
         "max_timestamp", "offset_of_max_timestamp", "created_ms", "rolling_base_ts",
         "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
+        "_idx_file_entries", "_tidx_file_entries",
         "dirty", "pins", "close_pending", "closed", "index_damage", "time_index_damaged", "index_error",
     )
 
@@ -199,6 +204,8 @@ class LogSegment:
         self._tidx_rel = array("i")
         self._idx_synced = 0  # leading in-memory entries known to be in the file
         self._tidx_synced = 0
+        self._idx_file_entries = 0  # entries the file holds (-1: unknown, truncate before appending)
+        self._tidx_file_entries = 0
         self.dirty = False  # written since the last fsync
         self.pins = 0  # concurrent flushes using the fds
         self.close_pending = False
@@ -220,6 +227,12 @@ class LogSegment:
     @property
     def timeindex_path(self) -> Path:
         return self.directory / (segment_name(self.base_offset) + ".timeindex")
+
+    @property
+    def index_pending(self) -> bool:
+        """In-memory index entries not yet written to the files."""
+        return (self._idx_synced != len(self._idx_pos) or self._idx_file_entries != self._idx_synced
+                or self._tidx_synced != len(self._tidx_ts) or self._tidx_file_entries != self._tidx_synced)
 
     @property
     def index_entries(self) -> int:
@@ -305,6 +318,7 @@ class LogSegment:
         self._idx_rel, self._idx_pos = rel, pos
         # The kept entries are a prefix of the file; sync_index_files trims the rest.
         self._idx_synced = len(rel)
+        self._idx_file_entries = size // INDEX_ENTRY if usable == size else -1
 
     def _load_time_index(self) -> None:
         size = os.fstat(self.tidx_fd).st_size
@@ -325,6 +339,7 @@ class LogSegment:
             del ts[keep:], rel[keep:]
         self._tidx_ts, self._tidx_rel = ts, rel
         self._tidx_synced = len(ts)
+        self._tidx_file_entries = size // TIME_INDEX_ENTRY if usable == size else -1
 
     def time_index_consistent(self) -> bool:
         """Time entries must name offsets inside the segment (checked once next_offset is known)."""
@@ -351,7 +366,8 @@ class LogSegment:
         return self._idx_pos[-1] if len(self._idx_pos) else 0
 
     def index_full(self, config: LogConfig) -> bool:
-        return len(self._idx_rel) >= config.max_index_entries or len(self._tidx_ts) >= config.max_time_index_entries
+        cap = config.segment_index_bytes
+        return len(self._idx_pos) >= cap // INDEX_ENTRY or len(self._tidx_ts) >= cap // TIME_INDEX_ENTRY
 
     # -- appending ------------------------------------------------------------------------------
 
@@ -368,33 +384,36 @@ class LogSegment:
         if start == 0:
             self.rolling_base_ts = headers[0].max_timestamp
         base = self.base_offset
-        idx_rel, idx_pos, tidx_ts = self._idx_rel, self._idx_pos, self._tidx_ts
-        last_entry = idx_pos[-1] if len(idx_pos) else 0
+        idx_pos = self._idx_pos
+        last_entry = idx_pos[-1] if idx_pos else 0
         interval = config.index_interval_bytes
-        cap_i = config.max_index_entries
-        cap_t = config.max_time_index_entries
         max_ts = self.max_timestamp
         pos = start
+        added = False
         for h in headers:
             mts = h.max_timestamp
             if mts > max_ts:
                 max_ts = self.max_timestamp = mts
                 self.offset_of_max_timestamp = h.base_offset if h.attributes & TIMESTAMP_TYPE_BIT else h.last_offset
-            if pos - last_entry > interval and len(idx_rel) < cap_i:
-                idx_rel.append(h.last_offset - base)
+            if pos - last_entry > interval and len(idx_pos) < config.segment_index_bytes // INDEX_ENTRY:
+                self._idx_rel.append(h.last_offset - base)
                 idx_pos.append(pos)
                 last_entry = pos
-                if (not tidx_ts or max_ts > tidx_ts[-1]) and len(tidx_ts) < cap_t:
+                added = True
+                tidx_ts = self._tidx_ts
+                if (not tidx_ts or max_ts > tidx_ts[-1]) and len(tidx_ts) < config.max_time_index_entries:
                     tidx_ts.append(max_ts)
                     self._tidx_rel.append(self.offset_of_max_timestamp - base)
             pos += h.size
         self.size = pos
         self.next_offset = headers[-1].last_offset + 1
-        try:
-            self.sync_index_files()
-        except OSError as exc:
-            # The batches are in the log; the index can wait. The next flush retries and raises.
-            self.index_error = exc
+        if added and (len(idx_pos) - self._idx_synced >= _INDEX_WRITE_BATCH or self.index_error is not None):
+            try:
+                self.sync_index_files()
+                self.index_error = None
+            except OSError as exc:
+                # The batches are in the log; the index can wait. The next flush retries and raises.
+                self.index_error = exc
 
     def seal(self) -> None:
         """The segment stops being active: record its largest timestamp in the time index even
@@ -406,28 +425,36 @@ class LogSegment:
             self.dirty = True
 
     def sync_index_files(self) -> None:
-        """Make both index files equal the in-memory entries (truncate what diverged, append what
-        is missing). Append-only in the common case."""
+        """Make both index files equal the in-memory entries: append what is missing, and first
+        truncate whatever in the file diverged (only after a load, a rebuild or a failed write)."""
         n = len(self._idx_rel)
-        if self._idx_synced != n or os.fstat(self.idx_fd).st_size != n * INDEX_ENTRY:
+        if self._idx_synced != n or self._idx_file_entries != n:
             keep = self._idx_synced
-            os.ftruncate(self.idx_fd, keep * INDEX_ENTRY)
+            if self._idx_file_entries != keep:
+                os.ftruncate(self.idx_fd, keep * INDEX_ENTRY)
+                self._idx_file_entries = keep
             if n > keep:
                 out = bytearray((n - keep) * INDEX_ENTRY)
                 for i in range(keep, n):
                     _IDX.pack_into(out, (i - keep) * INDEX_ENTRY, self._idx_rel[i], self._idx_pos[i])
+                self._idx_file_entries = -1  # unknown until the write completes
                 write_all(self.idx_fd, out)
+                self._idx_file_entries = n
             self._idx_synced = n
             self.dirty = True
         n = len(self._tidx_ts)
-        if self._tidx_synced != n or os.fstat(self.tidx_fd).st_size != n * TIME_INDEX_ENTRY:
+        if self._tidx_synced != n or self._tidx_file_entries != n:
             keep = self._tidx_synced
-            os.ftruncate(self.tidx_fd, keep * TIME_INDEX_ENTRY)
+            if self._tidx_file_entries != keep:
+                os.ftruncate(self.tidx_fd, keep * TIME_INDEX_ENTRY)
+                self._tidx_file_entries = keep
             if n > keep:
                 out = bytearray((n - keep) * TIME_INDEX_ENTRY)
                 for i in range(keep, n):
                     _TIDX.pack_into(out, (i - keep) * TIME_INDEX_ENTRY, self._tidx_ts[i], self._tidx_rel[i])
+                self._tidx_file_entries = -1
                 write_all(self.tidx_fd, out)
+                self._tidx_file_entries = n
             self._tidx_synced = n
             self.dirty = True
 

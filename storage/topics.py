@@ -1,5 +1,5 @@
-"""Durable cluster metadata: cluster id, topics (id, partition count, config overrides) and the
-next producer-id block, in one JSON file `<log dir>/sharebroker-metadata.json`. Every mutation
+"""Durable cluster metadata: cluster id, topics (id, partition count, config overrides), the
+next producer-id block and dynamic broker configs (AlterConfigs), in one JSON file `<log dir>/sharebroker-metadata.json`. Every mutation
 writes a new file atomically (temp file, fsync, rename, fsync directory) before it returns, and
 only then changes the in-memory view, so memory never runs ahead of disk.
 
@@ -61,6 +61,8 @@ class TopicStore:
         self.path = Path(log_dir) / METADATA_FILE
         self.cluster_id: str = ""
         self.next_producer_id_block = 0
+        # AlterConfigs on the broker resource: {"cluster": {name: value}, "broker": {name: value}}
+        self.dynamic_broker_configs: dict[str, dict[str, str]] = {}
         self._topics: dict[str, TopicMeta] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
 
@@ -90,23 +92,28 @@ class TopicStore:
                       for name, t in doc["topics"].items()}
             cluster_id = str(doc["cluster_id"])
             next_block = int(doc["next_producer_id_block"])
+            dynamic = {str(scope): {str(k): str(v) for k, v in values.items()}
+                       for scope, values in doc.get("dynamic_broker_configs", {}).items()}
         except MetadataError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MetadataError(f"{self.path} is unreadable: {exc}") from exc
         self.cluster_id = cluster_id
         self.next_producer_id_block = next_block
+        self.dynamic_broker_configs = dynamic
         self._set(topics)
 
     def _set(self, topics: dict[str, TopicMeta]) -> None:
         self._topics = topics
         self._by_id = {t.topic_id: t for t in topics.values()}
 
-    def _persist(self, topics: Mapping[str, TopicMeta], next_block: int) -> None:
+    def _persist(self, topics: Mapping[str, TopicMeta], next_block: int,
+                 dynamic: Mapping[str, Mapping[str, str]] | None = None) -> None:
         doc = {
             "version": _FORMAT_VERSION,
             "cluster_id": self.cluster_id,
             "next_producer_id_block": next_block,
+            "dynamic_broker_configs": dict(self.dynamic_broker_configs if dynamic is None else dynamic),
             "topics": {name: t.to_json() for name, t in sorted(topics.items())},
         }
         write_atomic(self.path, json.dumps(doc, indent=1).encode("utf-8"))
@@ -153,6 +160,15 @@ class TopicStore:
         self._persist(topics, self.next_producer_id_block)
         self._set(topics)
         return meta
+
+    def set_dynamic_broker_configs(self, configs: Mapping[str, Mapping[str, str | None]]) -> None:
+        """Replace the dynamic broker configs: {"cluster": {...}, "broker": {...}}; None values and
+        empty scopes are dropped."""
+        dynamic = {str(scope): {str(k): str(v) for k, v in values.items() if v is not None}
+                   for scope, values in configs.items()}
+        dynamic = {scope: values for scope, values in dynamic.items() if values}
+        self._persist(self._topics, self.next_producer_id_block, dynamic)
+        self.dynamic_broker_configs = dynamic
 
     def reserve_producer_ids(self, block: int = 1000) -> range:
         """A block of producer ids nobody got before, durable before it is handed out."""

@@ -14,12 +14,9 @@ from broker.flusher import now_ms
 from broker.structured_log import get_logger
 from broker.producers import SequenceError
 from protocol.codec import DecodedRequest, build, response_class
-from protocol.record_batch import InvalidRecordError, parse_batches
+from protocol.record_batch import InvalidRecordError, parse_produce_records
 
 log = get_logger("sharebroker.produce")
-
-_ZSTD = 4
-
 
 class ProduceError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
@@ -32,30 +29,15 @@ def _append_one(broker: Any, partition: Any, records: bytes | None, version: int
     """Validate and append one partition's batch; the response entry (without index)."""
     plog = partition.log
     topic = partition.topic
-    if not records:
-        raise ProduceError(ErrorCode.invalid_record, "Produce request contains no record batch.")
+    cfg = topic.config
     try:
-        headers = parse_batches(records, verify_crc=True)
+        (batch,) = headers = parse_produce_records(records or b"", api_version=version,
+                                                   max_message_bytes=cfg.max_message_bytes)
     except InvalidRecordError as exc:
-        raise ProduceError(ErrorCode(exc.code), str(exc)) from None
-    if len(headers) != 1:
-        raise ProduceError(ErrorCode.invalid_record,
-                           "Produce requests with version 3 or above must have exactly one record batch per partition.")
-    batch = headers[0]
-    if batch.magic != 2:
-        raise ProduceError(ErrorCode.invalid_record,
-                           f"Produce requests with version 3 or above must use record batch magic 2, got {batch.magic}.")
-    if batch.compression == _ZSTD and version < 7:
-        raise ProduceError(ErrorCode.unsupported_compression_type,
-                           "Produce requests with ZStandard compression need version 7 or above.")
+        raise ProduceError(ErrorCode(exc.code), exc.message) from None
     if batch.is_transactional:
         raise ProduceError(ErrorCode.invalid_record,
                            "Transactional batches are not supported by this broker yet.")
-    cfg = topic.config
-    if batch.size > cfg.max_message_bytes:
-        raise ProduceError(ErrorCode.message_too_large,
-                           f"The record batch of {batch.size} bytes is larger than max.message.bytes "
-                           f"({cfg.max_message_bytes}) of topic {topic.name}.")
     if batch.size > cfg.segment_bytes:
         raise ProduceError(ErrorCode.record_list_too_large,
                            f"The record batch of {batch.size} bytes exceeds segment.bytes ({cfg.segment_bytes}).")
@@ -75,6 +57,8 @@ def _append_one(broker: Any, partition: Any, records: bytes | None, version: int
                     "log_start_offset": plog.log_start_offset}
     result = plog.append(bytearray(records), headers, leader_epoch=partition.leader_epoch, now_ms=now,
                          log_append_time=log_append_time)
+    if result.rolled:
+        broker.segment_rolled(partition)
     if pid >= 0:
         partition.producers.record(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
                                    result.first_offset, result.last_offset, batch.max_timestamp)

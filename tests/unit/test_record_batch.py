@@ -21,6 +21,7 @@ from protocol.record_batch import (
     iter_batch_headers,
     parse_batches,
     parse_produce_records,
+    record_timestamps,
 )
 
 
@@ -239,3 +240,36 @@ def test_assign_offsets_create_time_clears_log_append_time_bit() -> None:
 def test_header_size_constant() -> None:
     assert BATCH_HEADER_SIZE == 61
     assert len(batch(1)) > BATCH_HEADER_SIZE
+
+
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
+def test_record_timestamps(compression: int) -> None:
+    stamps = [1_000, 900, 5_000, 5_000]
+    buf = encode_batch([(b"k", b"v" * 50, [("h", b"x")], t) for t in stamps], timestamp_ms=0,
+                       compression=compression)
+    assign_offsets(buf, parse_batches(buf, verify_crc=True), 40, 0)
+    assert record_timestamps(buf) == [(40, 1_000), (41, 900), (42, 5_000), (43, 5_000)]
+
+
+def test_record_timestamps_xerial_snappy_and_log_append_time() -> None:
+    import snappy
+
+    body = bytes(encode_batch([(None, b"a", (), 7), (None, b"b", (), 9)], timestamp_ms=0)[BATCH_HEADER_SIZE:])
+    block = snappy.compress(body)
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+    header = bytearray(encode_batch([(None, b"a", (), 7), (None, b"b", (), 9)], timestamp_ms=0)[:BATCH_HEADER_SIZE])
+    struct.pack_into(">i", header, 8, BATCH_HEADER_SIZE - 12 + len(framed))
+    struct.pack_into(">h", header, 21, 2)
+    assert record_timestamps(bytes(header) + framed) == [(0, 7), (1, 9)]
+    lat = bytearray(batch(3))
+    assign_offsets(lat, parse_batches(lat, verify_crc=True), 10, 0, log_append_time_ms=123)
+    assert record_timestamps(lat) == [(10, 123), (11, 123), (12, 123)]
+
+
+def test_record_timestamps_of_garbage_records_is_corrupt() -> None:
+    buf = bytearray(batch(3))
+    del buf[70:]
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    with pytest.raises(InvalidRecordError) as exc:
+        record_timestamps(buf)
+    assert exc.value.code == CORRUPT_MESSAGE

@@ -229,7 +229,7 @@ def test_read_crosses_segments_in_one_call(tmp_path: Path) -> None:
     log.close()
 
 
-def test_index_entries_every_interval_written_through(tmp_path: Path) -> None:
+def test_index_entries_every_interval(tmp_path: Path) -> None:
     interval = 500
     log = open_log(tmp_path / "t-0", LogConfig(index_interval_bytes=interval))
     feed = Feed(log)
@@ -247,6 +247,10 @@ def test_index_entries_every_interval_written_through(tmp_path: Path) -> None:
             last_pos = pos
         pos += h.size
     assert entries == expected
+    # Entries reach the file in groups; a flush writes whatever is pending before the fsync.
+    on_disk = index_file(log.path / "00000000000000000000.index")
+    assert on_disk == entries[:len(on_disk)]
+    log.flush()
     assert index_file(log.path / "00000000000000000000.index") == [(o, p) for o, p in entries]
     times = time_index_file(log.path / "00000000000000000000.timeindex")
     assert times == seg.time_index_list() and len(times) == len(entries)
@@ -271,9 +275,9 @@ def test_reopen_after_clean_close_keeps_everything(log: PartitionLog, tmp_path: 
     feed = Feed(log)
     for i in range(40):
         feed.put(1 + i % 3, size=80)
-    before = {p.name: p.read_bytes() for p in log.path.iterdir()}
     segs = [(s.base_offset, s.size, s.next_offset, s.max_timestamp) for s in log.segments]
     log.close()
+    before = {p.name: p.read_bytes() for p in log.path.iterdir()}
     again = open_log(log.path, log.config, recovery_point=feed.n)
     assert again.recovery_report == []
     assert [(s.base_offset, s.size, s.next_offset, s.max_timestamp) for s in again.segments] == segs
@@ -344,9 +348,39 @@ def test_offset_for_timestamp(log: PartitionLog) -> None:
     assert log.offset_for_timestamp(NOW + 49_001) is None
     for i in range(50):
         assert log.offset_for_timestamp(NOW + 1000 * i - 1) == (2 * i, NOW + 1000 * i)
-    assert log.max_timestamp() == (NOW + 49_000, 99)
+    assert log.max_timestamp() == (NOW + 49_000, 98)  # the first record carrying it
     log.delete_records(31)
     assert log.offset_for_timestamp(0) == (31, NOW + 15_000)
+
+
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
+def test_timestamps_name_the_record_inside_the_batch(tmp_path: Path, compression: int) -> None:
+    """Kafka answers with the first record whose timestamp qualifies, even inside a batch."""
+    log = open_log(tmp_path / "t-0")
+    Feed(log).put(3)  # offsets 0-2 at NOW
+    stamps = [NOW + 1000, NOW + 5000, NOW + 3000, NOW + 5000, NOW + 4000]  # offsets 3-7
+    buf = encode_batch([(None, b"v", (), t) for t in stamps], timestamp_ms=0, compression=compression)
+    log.append(buf, parse_batches(buf, verify_crc=True), leader_epoch=0, now_ms=NOW)
+    assert log.offset_for_timestamp(NOW + 1) == (3, NOW + 1000)
+    assert log.offset_for_timestamp(NOW + 2000) == (4, NOW + 5000)
+    assert log.offset_for_timestamp(NOW + 5000) == (4, NOW + 5000)
+    assert log.offset_for_timestamp(NOW + 5001) is None
+    assert log.max_timestamp() == (NOW + 5000, 4)
+    log.delete_records(5)
+    assert log.offset_for_timestamp(NOW + 2000) == (5, NOW + 3000)
+    assert log.offset_for_timestamp(NOW + 4500) == (6, NOW + 5000)
+    log.close()
+
+
+def test_timestamps_fall_back_to_the_batch_without_the_codec(tmp_path: Path, monkeypatch) -> None:
+    import protocol.record_batch as rb
+    log = open_log(tmp_path / "t-0")
+    buf = encode_batch([(None, b"v", (), NOW + i) for i in range(4)], timestamp_ms=0, compression=3)
+    log.append(buf, parse_batches(buf, verify_crc=True), leader_epoch=0, now_ms=NOW)
+    monkeypatch.setattr(rb, "_decompress", lambda codec, data: None)  # as if lz4 were not installed
+    assert log.offset_for_timestamp(NOW + 2) == (0, NOW + 3)
+    assert log.max_timestamp() == (NOW + 3, 3)
+    log.close()
 
 
 def test_offset_for_timestamp_with_out_of_order_timestamps(log: PartitionLog) -> None:
@@ -556,3 +590,20 @@ def test_closed_and_deleted_log(tmp_path: Path) -> None:
     again = open_log(tmp_path / "t-0")
     again.delete()
     assert not (tmp_path / "t-0").exists()
+
+
+def test_log_config_from_kafka_names_and_topic_config_objects() -> None:
+    cfg = LogConfig.from_kafka({"segment.bytes": "2048", "retention.ms": "-1", "cleanup.policy": "compact,delete",
+                                "index.interval.bytes": 100, "unrelated": "x"})
+    assert (cfg.segment_bytes, cfg.retention_ms, cfg.index_interval_bytes) == (2048, -1, 100)
+    assert cfg.deletes and cfg.segment_index_bytes == LogConfig().segment_index_bytes
+
+    class Typed:  # the shape of config's TopicConfig: snake_case attributes, policy as a tuple
+        segment_bytes = 4096
+        segment_ms = 10
+        retention_bytes = 7
+        cleanup_policy = ("compact",)
+
+    cfg = LogConfig.from_topic_config(Typed())
+    assert (cfg.segment_bytes, cfg.segment_ms, cfg.retention_bytes) == (4096, 10, 7)
+    assert not cfg.deletes and cfg.index_interval_bytes == 4096

@@ -141,6 +141,7 @@ def test_batches_below_the_recovery_point_are_not_scanned(tmp_path: Path, monkey
     log = fill(path, 60)
     segs = [(s.base_offset, s.log_path) for s in log.segments]
     leo = log.log_end_offset
+    log.flush()
     crash(log)
     # Corrupt a record (inside the CRC) in the first segment: below the recovery point.
     data = bytearray(segs[0][1].read_bytes())
@@ -373,4 +374,17 @@ def test_full_recovery_rebuilds_indexes_identically(tmp_path: Path) -> None:
     got[active] = expected[active]
     assert got == expected
     assert values(again) == list(range(60))
+    again.close()
+
+
+def test_index_entries_lost_in_a_crash_are_re_derived(tmp_path: Path) -> None:
+    path = tmp_path / "t-0"
+    log = fill(path, 25, config=LogConfig(index_interval_bytes=100))
+    expected = log.segments[0].index_list()
+    on_disk = (path / "00000000000000000000.index").stat().st_size // 8
+    assert on_disk < len(expected)  # some entries were still only in memory
+    crash(log)
+    again = reopen(path, recovery_point=25, clean=True, config=LogConfig(index_interval_bytes=100))
+    assert again.segments[0].index_list() == expected
+    assert (path / "00000000000000000000.index").stat().st_size == 8 * len(expected)
     again.close()

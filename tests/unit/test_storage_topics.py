@@ -105,6 +105,16 @@ def test_replace_is_atomic_via_rename(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not (tmp_path / (METADATA_FILE + ".tmp")).exists()
 
 
+def test_dynamic_broker_configs_persist(tmp_path: Path) -> None:
+    store = fresh(tmp_path)
+    assert store.dynamic_broker_configs == {}
+    store.set_dynamic_broker_configs({"cluster": {"log.retention.ms": "1000", "gone": None}, "broker": {}})
+    again = fresh(tmp_path)
+    assert again.dynamic_broker_configs == {"cluster": {"log.retention.ms": "1000"}}
+    again.create_topic("t", 1)  # other mutations keep them
+    assert fresh(tmp_path).dynamic_broker_configs == {"cluster": {"log.retention.ms": "1000"}}
+
+
 def test_unreadable_file_is_an_error(tmp_path: Path) -> None:
     (tmp_path / METADATA_FILE).write_text("{not json")
     with pytest.raises(MetadataError):
