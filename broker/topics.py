@@ -12,7 +12,7 @@ from typing import Any
 
 from broker.producers import PartitionProducers
 from broker.structured_log import get_logger
-from config import BrokerConfig, TopicConfig, topic_config
+from config import BrokerConfig, ConfigError, TopicConfig, topic_config
 from storage import LogConfig, LogManager, PartitionLog, TopicStore
 
 log = get_logger("sharebroker.topics")
@@ -100,6 +100,7 @@ class Topics:
     def open(self, now_ms: int) -> list[str]:
         """Load metadata and every partition log (with tail recovery); returns recovery notes."""
         self.store.load()
+        notes: list[str] = self._apply_dynamic_broker_configs()
         metas = dict(self.store.topics)
 
         def config_for(topic: str) -> LogConfig:
@@ -107,7 +108,6 @@ class Topics:
             return log_config(topic_config(self._config, meta.configs if meta else {}))
 
         opened = self.logs.open_all(config_for, now_ms)
-        notes: list[str] = []
         for (topic_name, index), plog in sorted(opened.items()):
             if topic_name not in metas or index >= metas[topic_name].partitions:
                 notes.append(f"{topic_name}-{index}: directory without topic metadata left untouched")
@@ -121,6 +121,19 @@ class Topics:
                 plog = opened.get((name, i)) or self.logs.create(name, i, lc, now_ms=now_ms, topic_id=topic.topic_id)
                 topic.partitions.append(Partition(topic, i, plog))
             self._index(topic)
+        return notes
+
+    def _apply_dynamic_broker_configs(self) -> list[str]:
+        """Runtime broker config changes persist with the metadata; apply them before any log opens."""
+        notes = []
+        for scope, per_broker in (("cluster", False), ("broker", True)):
+            values = self.store.dynamic_broker_configs.get(scope, {})
+            if not values:
+                continue
+            try:
+                self._config.alter_many(values, per_broker=per_broker)
+            except ConfigError as exc:
+                notes.append(f"persisted dynamic broker configs ({scope}) not applied: {exc}")
         return notes
 
     def _index(self, topic: Topic) -> None:

@@ -137,3 +137,20 @@ def test_startup_time_on_empty_data_dir_is_reported(make_broker) -> None:
     broker = make_broker()
     started = [line for line in broker.log_text().splitlines() if '"broker started"' in line]
     assert started and '"startup_ms"' in started[-1]
+
+
+def test_dynamic_broker_config_survives_restart(make_broker) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    broker = make_broker()
+    client = admin(broker.bootstrap)
+    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)])
+    for fut in client.incremental_alter_configs([res]).values():
+        fut.result(timeout=15)
+    broker.restart()
+    client = admin(broker.bootstrap)
+    (fut,) = client.describe_configs([ConfigResource(ResourceType.BROKER, "1")], request_timeout=10).values()
+    entry = fut.result(timeout=15)["log.retention.ms"]
+    assert entry.value == "123456"
+    assert getattr(entry.source, "value", entry.source) == 2  # DYNAMIC_BROKER_CONFIG
