@@ -14,7 +14,7 @@ from broker.connection import Connection
 from broker.flusher import Flusher, now_ms
 from broker.groups.coordinator import ShareGroupCoordinator
 from broker.share.partitions import SharePartitions
-from broker.share_state.persister import SharePersister
+from broker.share_state.coordinator import ShareCoordinator
 from broker.structured_log import get_logger
 from broker.topics import Partition, Topics
 from config import BrokerConfig
@@ -32,7 +32,7 @@ class Broker:
         self.node_id: int = config.node_id
         self.log_dir: Path = config.log_dir
         self.topics = Topics(config, self.log_dir)
-        self.share_persister = SharePersister(self.topics)
+        self.share_persister = ShareCoordinator(self)
         self.share_groups = ShareGroupCoordinator(self)
         self.share = SharePartitions(self, self.share_persister)
         self.flusher: Flusher | None = None
@@ -85,10 +85,12 @@ class Broker:
         notes = self.topics.open(now_ms())
         for note in notes:
             log.warning("log recovery", detail=note)
+        self.share_persister.load()
         self.share_groups.load()
         self.flusher = Flusher()
         self.flusher.start()
         self.share_groups.start()
+        self.share_persister.start()
         if notes:  # recovery rewrote files: make the repaired state durable before serving
             for p in self.topics.all_partitions():
                 self.flusher.request(p.log)
@@ -143,6 +145,7 @@ class Broker:
         for timer in self._timers:
             timer.cancel()
         await self.share_groups.stop()
+        await self.share_persister.stop()
         self.share.close()
         if self.flusher is not None:
             await self.flusher.stop()

@@ -532,3 +532,32 @@ def encode_batch(records: Sequence[RecordSpec], *, timestamp_ms: int, base_offse
     buf += body
     _U32.pack_into(buf, 17, crc32c(memoryview(buf)[_CRC_START:]))
     return buf
+
+
+def iter_records(batch: bytes | bytearray | memoryview) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record of one whole batch, decompressing if needed. For
+    replaying internal topics at start-up; never on the produce or fetch path."""
+    h = read_header(batch, 0)
+    body: bytes | None = bytes(memoryview(batch)[BATCH_HEADER_SIZE:h.size])
+    if h.compression:
+        body = _decompress(h.compression, body)
+        if body is None:
+            raise InvalidRecordError(CORRUPT_MESSAGE, f"no library for compression type {h.compression}")
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    pos = 0
+    try:
+        for _ in range(h.record_count):
+            length, pos = _varint(body, pos)
+            end = pos + length
+            _ts, p = _varint(body, pos + 1)  # skip the attributes byte
+            off_delta, p = _varint(body, p)
+            klen, p = _varint(body, p)
+            key = None if klen < 0 else body[p:p + klen]
+            p += max(klen, 0)
+            vlen, p = _varint(body, p)
+            value = None if vlen < 0 else body[p:p + vlen]
+            out.append((h.base_offset + off_delta, key, value))
+            pos = end
+    except IndexError:
+        raise InvalidRecordError(CORRUPT_MESSAGE, "records end before the batch's record count") from None
+    return out

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from broker.flusher import now_ms
 from broker.groups.share_group import HeartbeatError, ShareGroup, TopicInfo, validate_heartbeat
 from broker.share.partition import ShareLimits
-from broker.share_state.persister import PersisterError
+from broker.share_state.store import PersisterError
 from broker.structured_log import get_logger
 from config import ConfigError, GroupConfig, group_config, validate_group_configs
 from storage import write_atomic
@@ -119,6 +119,7 @@ class ShareGroupCoordinator:
             log.info("share group member joined", group=group_id, member=member_id, subscribed=subscribed)
         await self._initialize_partitions(group)
         group.reconcile(self._topic_infos(group.subscribed_topic_names()))
+        group.advance_member(member_id)
         member = group.members[member_id]
         include = epoch == 0 or subscribed is not None or member.assignment != before
         assignment = None

@@ -75,18 +75,20 @@ def assign_partitions(members: list[str], partitions: list[int], previous: dict[
             if p in valid and len(result[m]) < quota[m] and shared[p] < sharing:
                 result[m].add(p)
                 shared[p] += 1
+    # One pass over the partitions, filling each to the sharing target from a single round-robin
+    # over members with room; a partition is skipped only if no member can take it.
     cursor = 0
-    for _round in range(sharing):
-        for p in partitions:
-            if shared[p] > _round:
-                continue
-            for step in range(m_count):
-                m = members[(cursor + step) % m_count]
-                if len(result[m]) < quota[m] and p not in result[m]:
-                    result[m].add(p)
-                    shared[p] += 1
-                    cursor = (cursor + step + 1) % m_count
-                    break
+    for p in partitions:
+        misses = 0
+        while shared[p] < sharing and misses < m_count:
+            m = members[cursor % m_count]
+            cursor += 1
+            if len(result[m]) < quota[m] and p not in result[m]:
+                result[m].add(p)
+                shared[p] += 1
+                misses = 0
+            else:
+                misses += 1
     return result
 
 
@@ -97,6 +99,7 @@ class ShareGroup:
         self.assignment_epoch = 0
         self.members: dict[str, ShareMember] = {}
         self.initialized: dict[uuid.UUID, set[int]] = {}
+        self.target: dict[str, Assignment] = {}
         self.known_topics: dict[str, uuid.UUID] = {}  # topics this group has initialized, by name
         self._metadata_signature: tuple = ()
 
@@ -150,6 +153,7 @@ class ShareGroup:
         return HeartbeatResult(member_id, member.epoch, None)
 
     def remove_member(self, member_id: str) -> None:
+        self.target.pop(member_id, None)
         if self.members.pop(member_id, None) is not None:
             self.epoch += 1
             if not self.members:
@@ -217,11 +221,16 @@ class ShareGroup:
                 if parts:
                     target[m][info.topic_id] = parts
         self.assignment_epoch = self.epoch
-        for member in self.members.values():
+        self.target = {m: {tid: frozenset(ps) for tid, ps in parts.items()} for m, parts in target.items()}
+
+    def advance_member(self, member_id: str) -> None:
+        """Move a member onto the target assignment; only its own heartbeat does this, so the
+        epoch it last saw stays valid until it has been told the new one."""
+        member = self.members[member_id]
+        if member.epoch != self.assignment_epoch:
             member.previous_epoch = member.epoch
             member.epoch = self.assignment_epoch
-            member.assignment = {tid: frozenset(ps) for tid, ps in target[member.member_id].items()}
-
+            member.assignment = self.target.get(member_id, {})
 
 def validate_heartbeat(group_id: str | None, member_id: str | None, member_epoch: int, rack_id: str | None,
                        subscribed: tuple[str, ...] | None) -> None:

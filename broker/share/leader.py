@@ -15,7 +15,7 @@ from broker.flusher import now_ms
 from broker.share.partition import (
     AcquiredRange, AcquireMode, LogBatch, PersistedBatch, SharePartition, ShareError, ShareLimits, StateWrite,
 )
-from broker.share_state.persister import PersisterError, StateBatch
+from broker.share_state.store import PersisterError, StateBatch
 from broker.structured_log import get_logger
 from protocol.record_batch import iter_batch_headers
 from storage import OffsetOutOfRange

@@ -169,7 +169,7 @@ class ShareStateStore:
             dcc = cur.delivery_complete_count
         else:
             dcc = delivery_complete_count
-        snapshot_due = cur.updates_since_snapshot + 1 >= self.snapshot_every
+        snapshot_due = cur.updates_since_snapshot >= self.snapshot_every
         cur.batches = merge_batches(cur.batches, batches, new_start)
         cur.start_offset = new_start
         cur.delivery_complete_count = dcc

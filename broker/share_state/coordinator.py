@@ -1,0 +1,276 @@
+"""The share coordinator: durable share-partition state on the internal topic
+`__share_group_state`, the way Kafka keeps it (share-groups-spec §10).
+
+Every state change is appended as a ShareSnapshot or ShareUpdate record (Kafka's formats) before
+the call returns, through the same segment log and flush policy as any topic; writes that arrive
+while an append is in flight share the next one (`share.coordinator.append.linger.ms` adds a
+wait). At start-up the topic is replayed into the in-memory store. Old records are pruned by
+moving the log start offset past the oldest snapshot still needed; keys that only took updates
+for a while get a fresh snapshot first, so the topic stays bounded under a steady workload."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.flusher import now_ms
+from broker.share_state import records as rec
+from broker.share_state.store import (
+    Key, PersisterError, ReadResult, ShareGroupOffset, ShareStateStore, StateBatch, Summary, merge_batches,
+)
+from broker.structured_log import get_logger
+from protocol.record_batch import encode_batch, iter_batch_headers, iter_records, parse_batches
+
+log = get_logger("sharebroker.share_state")
+
+STATE_TOPIC = "__share_group_state"
+
+__all__ = ["ShareCoordinator", "PersisterError", "ReadResult", "StateBatch", "Summary", "STATE_TOPIC"]
+
+
+class ShareCoordinator:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.num_partitions: int = cfg["share.coordinator.state.topic.num.partitions"]
+        self.store = ShareStateStore(cfg["share.coordinator.snapshot.update.records.per.snapshot"])
+        self.linger_ms: int = cfg["share.coordinator.append.linger.ms"]
+        self.prune_interval_ms: int = cfg["share.coordinator.state.topic.prune.interval.ms"]
+        self.cold_interval_ms: int = cfg["share.coordinator.cold.partition.snapshot.interval.ms"]
+        self._queues: dict[int, list[tuple[list[tuple[bytes, bytes | None]], asyncio.Future[list[int]]]]] = defaultdict(list)
+        self._draining: set[int] = set()
+        self._snapshot_offsets: dict[Key, int] = {}   # offset of each key's newest snapshot record
+        self._snapshot_times: dict[Key, int] = {}
+        self._pruner: asyncio.Task[None] | None = None
+        self.replay_ms = 0.0
+        self.replayed_records = 0
+
+    # -- the internal topic ----------------------------------------------------------------------
+
+    def _topic(self) -> Any:
+        topic = self.broker.topics.get(STATE_TOPIC)
+        if topic is None:
+            cfg = self.broker.config
+            topic = self.broker.topics.create(STATE_TOPIC, self.num_partitions, {
+                "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"]),
+            }, now_ms())
+        return topic
+
+    def _partition_for(self, key: Key) -> int:
+        return rec.state_partition(key[0], key[1], key[2], self.num_partitions)
+
+    def load(self) -> None:
+        """Replay `__share_group_state` into memory; runs before the listener accepts requests."""
+        topic = self.broker.topics.get(STATE_TOPIC)
+        if topic is None:
+            return
+        t0 = time.perf_counter()
+        count = 0
+        for partition in topic.partitions:
+            plog = partition.log
+            offset = plog.log_start_offset
+            while offset < plog.high_watermark:
+                data = plog.read(offset, 4 << 20, min_one_batch=True).records
+                if not data:
+                    break
+                walk = iter_batch_headers(data)
+                for h in walk:
+                    batch = memoryview(data)[h.position:h.position + h.size]
+                    for off, key, value in iter_records(batch):
+                        if off >= offset and key is not None:
+                            self._replay(off, key, value)
+                            count += 1
+                    offset = h.last_offset + 1
+        self.replay_ms = (time.perf_counter() - t0) * 1000
+        self.replayed_records = count
+        log.info("share state replayed", records=count, share_partitions=len(self.store.states),
+                 replay_ms=round(self.replay_ms, 1))
+
+    def _replay(self, offset: int, key_bytes: bytes, value: bytes | None) -> None:
+        record_type, group_id, topic_id, partition = rec.decode_key(key_bytes)
+        key = (group_id, topic_id, partition)
+        states = self.store.states
+        if value is None:
+            states.pop(key, None)
+            self._snapshot_offsets.pop(key, None)
+            return
+        if record_type == rec.SNAPSHOT:
+            v = rec.decode_snapshot(value)
+            states[key] = ShareGroupOffset(v.snapshot_epoch, v.state_epoch, v.leader_epoch, v.start_offset,
+                                           v.delivery_complete_count, v.create_timestamp, v.write_timestamp,
+                                           list(v.batches))
+            self._snapshot_offsets[key] = offset
+            self._snapshot_times[key] = v.write_timestamp
+        elif record_type == rec.UPDATE:
+            cur = states.get(key)
+            if cur is None:
+                return  # its snapshot was pruned with a tombstone after it
+            u = rec.decode_update(value)
+            new_start = cur.start_offset if u.start_offset == -1 else max(cur.start_offset, u.start_offset)
+            if u.delivery_complete_count != -1:
+                if u.start_offset == cur.start_offset:
+                    cur.delivery_complete_count = max(cur.delivery_complete_count, u.delivery_complete_count)
+                elif u.start_offset > cur.start_offset:
+                    cur.delivery_complete_count = u.delivery_complete_count
+            cur.batches = merge_batches(cur.batches, list(u.batches), new_start)
+            cur.start_offset = new_start
+            cur.leader_epoch = max(cur.leader_epoch, u.leader_epoch)
+            cur.updates_since_snapshot += 1
+
+    # -- appends ---------------------------------------------------------------------------------
+
+    async def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> int:
+        """Append one record for `key` and return its offset once the flush policy is met."""
+        index = self._partition_for(key)
+        fut: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._queues[index].append(([(key_bytes, value)], fut))
+        if index not in self._draining:
+            self._draining.add(index)
+            asyncio.get_running_loop().create_task(self._drain(index))
+        offsets = await fut
+        return offsets[0]
+
+    async def _drain(self, index: int) -> None:
+        try:
+            partition = self._topic().partitions[index]
+            while self._queues[index]:
+                if self.linger_ms > 0:
+                    await asyncio.sleep(self.linger_ms / 1000)
+                items, self._queues[index] = self._queues[index], []
+                records = [r for recs, _ in items for r in recs]
+                try:
+                    buf = encode_batch(records, timestamp_ms=now_ms())
+                    result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
+                                                  leader_epoch=partition.leader_epoch, now_ms=now_ms())
+                    if result.rolled:
+                        self.broker.segment_rolled(partition)
+                    await self.broker.after_append(partition, wait=True)
+                except Exception as exc:
+                    log.exception("share state append failed", state_partition=index)
+                    for _, fut in items:
+                        if not fut.done():
+                            fut.set_exception(PersisterError(ErrorCode.unknown_server_error,
+                                                             f"share state append failed: {exc}"))
+                    continue
+                offset = result.first_offset
+                for recs, fut in items:
+                    if not fut.done():
+                        fut.set_result(list(range(offset, offset + len(recs))))
+                    offset += len(recs)
+        finally:
+            self._draining.discard(index)
+
+    async def _write_snapshot(self, key: Key, state: ShareGroupOffset) -> None:
+        value = rec.encode_snapshot(rec.SnapshotValue(
+            state.snapshot_epoch, state.state_epoch, state.leader_epoch, state.start_offset,
+            state.delivery_complete_count, state.create_timestamp, state.write_timestamp, list(state.batches)))
+        offset = await self._append(key, rec.encode_key(rec.SNAPSHOT, *key), value)
+        self._snapshot_offsets[key] = offset
+        self._snapshot_times[key] = state.write_timestamp
+
+    # -- the persister operations ----------------------------------------------------------------
+
+    def _check_partition(self, topic_id: uuid.UUID | None, partition: int) -> None:
+        topic = self.broker.topics.get_by_id(topic_id)
+        if topic is None or not 0 <= partition < len(topic.partitions):
+            raise PersisterError(ErrorCode.unknown_topic_or_partition,
+                                 f"Topic {topic_id} partition {partition} does not exist.")
+
+    async def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
+                         start_offset: int) -> None:
+        ShareStateStore._check_key(topic_id, partition)
+        self._check_partition(topic_id, partition)
+        key = (group_id, topic_id, partition)
+        state = self.store.initialize(key, state_epoch, start_offset, now_ms())
+        if state is not None:
+            await self._write_snapshot(key, state)
+
+    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
+        ShareStateStore._check_key(topic_id, partition)
+        self._check_partition(topic_id, partition)
+        key = (group_id, topic_id, partition)
+        result, moved = self.store.read(key, leader_epoch)
+        if moved:  # a new leader: record its epoch so older leaders are fenced after a restart too
+            state = self.store.states[key]
+            await self._append(key, rec.encode_key(rec.UPDATE, *key), rec.encode_update(rec.UpdateValue(
+                state.snapshot_epoch, leader_epoch, -1, -1, [])))
+        return result
+
+    async def write(self, group_id: str, topic_id: uuid.UUID, partition: int, *, state_epoch: int,
+                    leader_epoch: int, start_offset: int, delivery_complete_count: int,
+                    batches: list[StateBatch]) -> None:
+        ShareStateStore._check_key(topic_id, partition)
+        self._check_partition(topic_id, partition)
+        key = (group_id, topic_id, partition)
+        state, snapshot_due = self.store.write(key, state_epoch=state_epoch, leader_epoch=leader_epoch,
+                                               start_offset=start_offset,
+                                               delivery_complete_count=delivery_complete_count,
+                                               batches=batches, now_ms=now_ms())
+        if snapshot_due:
+            await self._write_snapshot(key, state)
+        else:
+            await self._append(key, rec.encode_key(rec.UPDATE, *key), rec.encode_update(rec.UpdateValue(
+                state.snapshot_epoch, leader_epoch, start_offset, delivery_complete_count,
+                merge_batches([], batches, start_offset))))
+
+    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
+        ShareStateStore._check_key(topic_id, partition)
+        key = (group_id, topic_id, partition)
+        if self.store.delete(key):
+            self._snapshot_offsets.pop(key, None)
+            self._snapshot_times.pop(key, None)
+            await self._append(key, rec.encode_key(rec.SNAPSHOT, *key), None)
+
+    async def read_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Summary:
+        ShareStateStore._check_key(topic_id, partition)
+        return self.store.summary((group_id, topic_id, partition))
+
+    # -- pruning ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._pruner = asyncio.get_running_loop().create_task(self._prune_forever(), name="share-state-prune")
+
+    async def stop(self) -> None:
+        if self._pruner is not None:
+            self._pruner.cancel()
+
+    async def _prune_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.prune_interval_ms / 1000)
+            try:
+                await self.prune()
+            except Exception:
+                log.exception("share state pruning failed")
+
+    async def prune(self) -> None:
+        """Snapshot keys whose newest snapshot is old and has updates after it, then move each
+        state partition's log start to the oldest newest-snapshot among its live keys."""
+        topic = self.broker.topics.get(STATE_TOPIC)
+        if topic is None:
+            return
+        now = now_ms()
+        for key, state in list(self.store.states.items()):
+            if state.updates_since_snapshot and now - self._snapshot_times.get(key, 0) >= self.cold_interval_ms:
+                state.snapshot_epoch += 1
+                state.updates_since_snapshot = 0
+                await self._write_snapshot(key, state)
+        floor: dict[int, int] = {}
+        for key in self.store.states:
+            index = self._partition_for(key)
+            offset = self._snapshot_offsets.get(key)
+            if offset is None:
+                continue
+            floor[index] = min(floor.get(index, offset), offset)
+        for partition in topic.partitions:
+            plog = partition.log
+            target = floor.get(partition.index, plog.high_watermark)
+            if target > plog.log_start_offset:
+                plog.delete_records(target)
+                log.info("share state pruned", state_partition=partition.index, log_start_offset=target,
+                         size_bytes=plog.size_bytes)
