@@ -29,6 +29,11 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     77: (1, 1),    # ShareGroupDescribe
     78: (1, 2),    # ShareFetch
     79: (1, 2),    # ShareAcknowledge
+    83: (0, 0),    # InitializeShareGroupState
+    84: (0, 0),    # ReadShareGroupState
+    85: (0, 1),    # WriteShareGroupState
+    86: (0, 0),    # DeleteShareGroupState
+    87: (0, 1),    # ReadShareGroupStateSummary
 }
 
 

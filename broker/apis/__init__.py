@@ -44,6 +44,7 @@ _MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
     "topics_admin", "configs", "describe_cluster", "init_producer_id", "delete_records",
     "list_groups", "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",
+    "share_group_state",
 )
 for _name in _MODULES:
     importlib.import_module(f"broker.apis.{_name}")

@@ -42,8 +42,11 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
         return build(cls, {"throttle_time": 0, "error_code": exc.code, "error_message": exc.message,
                            "acquisition_lock_timeout": 0, "responses": ()})
 
+    acks = merge_topics(body.topics)
+    log.debug("share acknowledge", conn=conn.id, group=group_id, member=member_id, epoch=epoch,
+              batches=sum(len(p.acknowledgement_batches) for p in acks.values()))
     by_topic: dict[Any, list[dict[str, Any]]] = {}
-    for (topic_id, index), p in merge_topics(body.topics).items():
+    for (topic_id, index), p in acks.items():
         code, message = await apply_acknowledgements(broker, group_id, member_id, topic_id, index,
                                                      p.acknowledgement_batches, version=v, is_renew=is_renew)
         partition, _, _ = resolve_partition(broker, topic_id, index)

@@ -13,17 +13,22 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.flusher import now_ms
-from broker.groups.share_group import HeartbeatError, ShareGroup, TopicInfo, validate_heartbeat
+from broker.groups import records as grec
+from broker.groups.share_group import HeartbeatError, ShareGroup, ShareMember, TopicInfo, validate_heartbeat
 from broker.share.partition import ShareLimits
 from broker.share_state.store import PersisterError
 from broker.structured_log import get_logger
 from config import ConfigError, GroupConfig, group_config, validate_group_configs
+from protocol.record_batch import encode_batch, iter_batch_headers, iter_records, parse_batches
 from storage import write_atomic
 
 log = get_logger("sharebroker.groups")
 
 GROUP_CONFIGS_FILE = "share-group-configs.json"
+OFFSETS_TOPIC = "__consumer_offsets"
 _SWEEP_INTERVAL_S = 0.1
+_COMPACT_INTERVAL_S = 300
+_COMPACT_AFTER_RECORDS = 1000
 
 
 class ShareGroupCoordinator:
@@ -34,19 +39,144 @@ class ShareGroupCoordinator:
         self._config_cache: dict[str, GroupConfig] = {}
         self._path = Path(broker.log_dir) / GROUP_CONFIGS_FILE
         self._sweeper: asyncio.Task[None] | None = None
+        self._compactor: asyncio.Task[None] | None = None
+        self._persisted: dict[str, tuple] = {}
+        self._persisted_members: dict[str, set[str]] = {}
+        self._records_since_compaction: dict[int, int] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def load(self) -> None:
+        """Group configs from their file; groups by replaying `__consumer_offsets`."""
         if self._path.exists():
             self.configs = {g: dict(c) for g, c in json.loads(self._path.read_text()).items()}
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return
+        for partition in topic.partitions:
+            plog = partition.log
+            offset = plog.log_start_offset
+            while offset < plog.high_watermark:
+                data = plog.read(offset, 4 << 20, min_one_batch=True).records
+                if not data:
+                    break
+                for h in iter_batch_headers(data):
+                    for off, key, value in iter_records(memoryview(data)[h.position:h.position + h.size]):
+                        if off >= offset and key is not None:
+                            self._replay(key, value)
+                    offset = h.last_offset + 1
+        now = now_ms()
+        for group in self.groups.values():
+            group.restore(self._topic_infos(group.subscribed_topic_names()))
+            timeout = self.config(group.group_id).share_session_timeout_ms
+            for m in group.members.values():
+                m.deadline_ms = now + timeout  # members that do not come back expire normally
+            self._persisted[group.group_id] = group.persisted_signature()
+            self._persisted_members[group.group_id] = set(group.members)
+        if self.groups:
+            log.info("share groups loaded", groups=len(self.groups),
+                     members=sum(len(g.members) for g in self.groups.values()))
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        record_type, strings, fields = grec.decode(key, value)
+        group_id = strings[0]
+        if record_type == grec.GROUP_METADATA:
+            if fields is None:
+                self.groups.pop(group_id, None)
+            else:
+                self.groups.setdefault(group_id, ShareGroup(group_id)).epoch = fields["epoch"]
+            return
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = ShareGroup(group_id)
+        if record_type == grec.STATE_PARTITIONS and fields is not None:
+            group.initialized = {tid: set(ps) for tid, (_, ps) in fields["initialized"].items()}
+            group.known_topics = {name: tid for tid, (name, _) in fields["initialized"].items() if name}
+        elif record_type in (grec.MEMBER_METADATA, grec.MEMBER_ASSIGNMENT):
+            member_id = strings[1]
+            if fields is None:
+                group.members.pop(member_id, None)
+                return
+            member = group.members.setdefault(member_id, ShareMember(member_id))
+            for name, value_ in fields.items():
+                setattr(member, name, value_)
 
     def start(self) -> None:
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="share-group-expiry")
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(self._sweep_forever(), name="share-group-expiry")
+        self._compactor = loop.create_task(self._compact_forever(), name="group-log-compaction")
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in (self._sweeper, self._compactor):
+            if task is not None:
+                task.cancel()
+
+    # -- persistence in __consumer_offsets -------------------------------------------------------
+
+    def _offsets_partition(self, group_id: str) -> Any:
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            topic = self.broker.topics.create(OFFSETS_TOPIC, self.broker.config["offsets.topic.num.partitions"], {
+                "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(100 * 1024 * 1024)}, now_ms())
+        return topic.partitions[grec.offsets_partition(group_id, len(topic.partitions))]
+
+    def _group_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
+        names = {t.topic_id: t.name for t in self.broker.topics.by_name.values()}
+        out: list[tuple[bytes, bytes | None]] = [grec.group_metadata(group.group_id, group.epoch),
+                                                grec.state_partitions(group.group_id, group.initialized, names)]
+        for m in group.members.values():
+            out.append(grec.member_metadata(group.group_id, m))
+            out.append(grec.member_assignment(group.group_id, m))
+        return out
+
+    async def _append(self, partition: Any, records: list[tuple[bytes, bytes | None]]) -> None:
+        buf = encode_batch(records, timestamp_ms=now_ms())
+        result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
+                                      leader_epoch=partition.leader_epoch, now_ms=now_ms())
+        if result.rolled:
+            self.broker.segment_rolled(partition)
+        self._records_since_compaction[partition.index] = \
+            self._records_since_compaction.get(partition.index, 0) + len(records)
+        await self.broker.after_append(partition, wait=True)
+
+    async def persist(self, group: ShareGroup) -> None:
+        """Write the group's records if anything persisted about it changed."""
+        signature = group.persisted_signature()
+        if self._persisted.get(group.group_id) == signature:
+            return
+        records = self._group_records(group)
+        gone = self._persisted_members.get(group.group_id, set()) - set(group.members)
+        for member_id in gone:
+            records.extend(grec.member_tombstones(group.group_id, member_id))
+        self._persisted[group.group_id] = signature
+        self._persisted_members[group.group_id] = set(group.members)
+        await self._append(self._offsets_partition(group.group_id), records)
+
+    async def _compact_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_COMPACT_INTERVAL_S)
+            try:
+                await self.compact()
+            except Exception:
+                log.exception("group log compaction failed")
+
+    async def compact(self) -> None:
+        """Rewrite every group of a busy `__consumer_offsets` partition and drop what came before."""
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return
+        for partition in topic.partitions:
+            if self._records_since_compaction.get(partition.index, 0) < _COMPACT_AFTER_RECORDS:
+                continue
+            groups = [g for g in self.groups.values()
+                      if grec.offsets_partition(g.group_id, len(topic.partitions)) == partition.index]
+            records = [r for g in groups for r in self._group_records(g)]
+            start = partition.log.high_watermark
+            if records:
+                await self._append(partition, records)
+            partition.log.delete_records(start)
+            self._records_since_compaction[partition.index] = 0
 
     # -- configs ---------------------------------------------------------------------------------
 
@@ -114,6 +244,7 @@ class ShareGroupCoordinator:
                                  max_size=self.broker.config["group.share.max.size"])
         if epoch == -1:
             log.info("share group member left", group=group_id, member=member_id)
+            await self.persist(group)
             return {"member_id": member_id, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
         if before is None:
             log.info("share group member joined", group=group_id, member=member_id, subscribed=subscribed)
@@ -126,6 +257,7 @@ class ShareGroupCoordinator:
         if include:
             assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
                                                for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]}
+        await self.persist(group)
         return {"member_id": member_id, "member_epoch": member.epoch,
                 "heartbeat_interval": cfg.share_heartbeat_interval_ms, "assignment": assignment}
 
@@ -160,12 +292,14 @@ class ShareGroupCoordinator:
                              session_timeout_ms=self.config(group.group_id).share_session_timeout_ms)
                 if group.members:
                     group.reconcile(self._topic_infos(group.subscribed_topic_names()))
+                await self.persist(group)
 
     async def topic_deleted(self, topic_id: uuid.UUID, partitions: int) -> None:
         for group in self.groups.values():
             if group.forget_topic(topic_id):
                 for index in range(partitions):
                     await self.broker.share_persister.delete(group.group_id, topic_id, index)
+                await self.persist(group)
 
     def describe_configs(self, group_id: str) -> list[Any]:
         from config import describe_group_configs

@@ -198,11 +198,27 @@ class ShareGroup:
             self.epoch += 1
         return found
 
+    def metadata_signature(self, topics: dict[str, TopicInfo]) -> tuple:
+        return tuple(sorted((n, str(topics[n].topic_id), topics[n].partitions)
+                            for n in self.subscribed_topic_names() if n in topics))
+
+    def restore(self, topics: dict[str, TopicInfo]) -> None:
+        """After replaying persisted records: members keep their assignments as the target."""
+        self.assignment_epoch = max((m.epoch for m in self.members.values()), default=self.epoch)
+        self.target = {m.member_id: dict(m.assignment) for m in self.members.values()}
+        self._metadata_signature = self.metadata_signature(topics)
+
+    def persisted_signature(self) -> tuple:
+        """Everything the group persists; a change means its records must be written again."""
+        return (self.epoch, tuple(sorted((tid, tuple(sorted(ps))) for tid, ps in self.initialized.items())),
+                tuple((m.member_id, m.epoch, m.previous_epoch, m.rack_id, m.client_id, m.client_host,
+                       m.subscribed, tuple(sorted((str(t), tuple(sorted(ps))) for t, ps in m.assignment.items())))
+                      for m in self.members.values()))
+
     def reconcile(self, topics: dict[str, TopicInfo]) -> None:
         """Bump the epoch if subscribed topics' metadata changed, recompute the target assignment
         when it is behind the group epoch, and move every member onto it."""
-        signature = tuple(sorted((n, str(topics[n].topic_id), topics[n].partitions)
-                                 for n in self.subscribed_topic_names() if n in topics))
+        signature = self.metadata_signature(topics)
         if signature != self._metadata_signature:
             self._metadata_signature = signature
             self.epoch += 1

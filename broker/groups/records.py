@@ -1,0 +1,235 @@
+"""Kafka's share-group records in `__consumer_offsets` (reference schemas group-coordinator/):
+ShareGroupMemberMetadata (10), ShareGroupMetadata (11), ShareGroupCurrentMemberAssignment (14)
+and ShareGroupStatePartitionMetadata (15). Keys are an int16 record type followed by the
+non-flexible v0 key; values an int16 version followed by the flexible v0 value. A null value is a
+tombstone."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any
+
+MEMBER_METADATA, GROUP_METADATA, MEMBER_ASSIGNMENT, STATE_PARTITIONS = 10, 11, 14, 15
+_I16 = struct.Struct(">h")
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def i8(self, v: int) -> None:
+        self.out += struct.pack(">b", v)
+
+    def i16(self, v: int) -> None:
+        self.out += _I16.pack(v)
+
+    def i32(self, v: int) -> None:
+        self.out += struct.pack(">i", v)
+
+    def i64(self, v: int) -> None:
+        self.out += struct.pack(">q", v)
+
+    def uvarint(self, n: int) -> None:
+        while n >= 0x80:
+            self.out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        self.out.append(n)
+
+    def legacy_str(self, s: str) -> None:
+        b = s.encode()
+        self.i16(len(b))
+        self.out += b
+
+    def compact_str(self, s: str | None) -> None:
+        if s is None:
+            self.uvarint(0)
+            return
+        b = s.encode()
+        self.uvarint(len(b) + 1)
+        self.out += b
+
+    def compact_len(self, n: int) -> None:
+        self.uvarint(n + 1)
+
+    def uuid(self, u: uuid.UUID) -> None:
+        self.out += u.bytes
+
+    def no_tags(self) -> None:
+        self.out.append(0)
+
+
+class _Reader:
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+
+    def _unpack(self, fmt: str, size: int) -> int:
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return v
+
+    def i8(self) -> int:
+        return self._unpack(">b", 1)
+
+    def i16(self) -> int:
+        return self._unpack(">h", 2)
+
+    def i32(self) -> int:
+        return self._unpack(">i", 4)
+
+    def i64(self) -> int:
+        return self._unpack(">q", 8)
+
+    def uvarint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result
+            shift += 7
+
+    def legacy_str(self) -> str:
+        n = self.i16()
+        s = bytes(self.data[self.pos:self.pos + n]).decode()
+        self.pos += n
+        return s
+
+    def compact_str(self) -> str | None:
+        n = self.uvarint()
+        if n == 0:
+            return None
+        s = bytes(self.data[self.pos:self.pos + n - 1]).decode()
+        self.pos += n - 1
+        return s
+
+    def compact_len(self) -> int:
+        return self.uvarint() - 1
+
+    def uuid(self) -> uuid.UUID:
+        u = uuid.UUID(bytes=bytes(self.data[self.pos:self.pos + 16]))
+        self.pos += 16
+        return u
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+
+def _key(record_type: int, *strings: str) -> bytes:
+    w = _Writer()
+    w.i16(record_type)
+    for s in strings:
+        w.legacy_str(s)
+    return bytes(w.out)
+
+
+def group_metadata(group_id: str, epoch: int, metadata_hash: int = 0) -> tuple[bytes, bytes]:
+    w = _Writer()
+    w.i16(0)
+    w.i32(epoch)
+    w.i64(metadata_hash)
+    w.no_tags()
+    return _key(GROUP_METADATA, group_id), bytes(w.out)
+
+
+def member_metadata(group_id: str, m: Any) -> tuple[bytes, bytes]:
+    w = _Writer()
+    w.i16(0)
+    w.compact_str(m.rack_id)
+    w.compact_str(m.client_id)
+    w.compact_str(m.client_host)
+    w.compact_len(len(m.subscribed))
+    for name in m.subscribed:
+        w.compact_str(name)
+    w.no_tags()
+    return _key(MEMBER_METADATA, group_id, m.member_id), bytes(w.out)
+
+
+def member_assignment(group_id: str, m: Any) -> tuple[bytes, bytes]:
+    w = _Writer()
+    w.i16(0)
+    w.i32(m.epoch)
+    w.i32(m.previous_epoch)
+    w.i8(0)  # MemberState STABLE: share members have no revocation phase
+    w.compact_len(len(m.assignment))
+    for tid, parts in sorted(m.assignment.items(), key=lambda kv: str(kv[0])):
+        w.uuid(tid)
+        w.compact_len(len(parts))
+        for p in sorted(parts):
+            w.i32(p)
+        w.no_tags()
+    w.no_tags()
+    return _key(MEMBER_ASSIGNMENT, group_id, m.member_id), bytes(w.out)
+
+
+def state_partitions(group_id: str, initialized: dict[uuid.UUID, set[int]], names: dict[uuid.UUID, str]) -> tuple[bytes, bytes]:
+    w = _Writer()
+    w.i16(0)
+    w.compact_len(0)  # InitializingTopics: initialization completes before the record is written
+    w.compact_len(len(initialized))
+    for tid, parts in sorted(initialized.items(), key=lambda kv: str(kv[0])):
+        w.uuid(tid)
+        w.compact_str(names.get(tid, ""))
+        w.compact_len(len(parts))
+        for p in sorted(parts):
+            w.i32(p)
+        w.no_tags()
+    w.compact_len(0)  # DeletingTopics
+    w.no_tags()
+    return _key(STATE_PARTITIONS, group_id), bytes(w.out)
+
+
+def member_tombstones(group_id: str, member_id: str) -> list[tuple[bytes, None]]:
+    return [(_key(MEMBER_METADATA, group_id, member_id), None), (_key(MEMBER_ASSIGNMENT, group_id, member_id), None)]
+
+
+def group_tombstones(group_id: str) -> list[tuple[bytes, None]]:
+    return [(_key(GROUP_METADATA, group_id), None), (_key(STATE_PARTITIONS, group_id), None)]
+
+
+def decode(key: bytes, value: bytes | None) -> tuple[int, list[str], dict[str, Any] | None]:
+    """(record type, key strings, value fields or None for a tombstone); unknown types give {}."""
+    r = _Reader(key)
+    record_type = r.i16()
+    strings = [r.legacy_str()]
+    if record_type in (MEMBER_METADATA, MEMBER_ASSIGNMENT):
+        strings.append(r.legacy_str())
+    if value is None:
+        return record_type, strings, None
+    v = _Reader(value, 2)
+    if record_type == GROUP_METADATA:
+        return record_type, strings, {"epoch": v.i32(), "metadata_hash": v.i64()}
+    if record_type == MEMBER_METADATA:
+        rack, client_id, client_host = v.compact_str(), v.compact_str(), v.compact_str()
+        subscribed = [v.compact_str() for _ in range(v.compact_len())]
+        return record_type, strings, {"rack_id": rack, "client_id": client_id or "", "client_host": client_host or "",
+                                      "subscribed": tuple(s for s in subscribed if s is not None)}
+    if record_type == MEMBER_ASSIGNMENT:
+        epoch, previous, _state = v.i32(), v.i32(), v.i8()
+        assignment = {}
+        for _ in range(v.compact_len()):
+            tid = v.uuid()
+            assignment[tid] = frozenset(v.i32() for _ in range(v.compact_len()))
+            v.skip_tags()
+        return record_type, strings, {"epoch": epoch, "previous_epoch": previous, "assignment": assignment}
+    if record_type == STATE_PARTITIONS:
+        def topics() -> dict[uuid.UUID, tuple[str, set[int]]]:
+            out = {}
+            for _ in range(v.compact_len()):
+                tid = v.uuid()
+                name = v.compact_str() or ""
+                out[tid] = (name, {v.i32() for _ in range(v.compact_len())})
+                v.skip_tags()
+            return out
+        topics()  # InitializingTopics
+        return record_type, strings, {"initialized": topics()}
+    return record_type, strings, {}
+
+
+def offsets_partition(group_id: str, num_partitions: int) -> int:
+    from broker.share_state.records import java_string_hash
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
