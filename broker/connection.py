@@ -15,7 +15,15 @@ from kio.schema.errors import ErrorCode
 from broker.apis import HANDLERS, CloseConnection, error_response
 from broker.structured_log import get_logger
 from protocol.api_table import API_VERSIONS, api_name
-from protocol.codec import DecodedRequest, FrameError, UnsupportedVersion, build, decode_request, encode_response, response_class
+from protocol.codec import (
+    DecodedRequest,
+    FrameError,
+    UnsupportedVersion,
+    build,
+    decode_request,
+    encode_response,
+    response_class,
+)
 
 if TYPE_CHECKING:
     from broker.server import Broker

@@ -19,9 +19,21 @@ from storage.log_manager import (
     topic_id_from_base64,
     write_partition_metadata,
 )
-from storage.partition_log import AppendResult, LogClosedError, OffsetOutOfRange, PartitionLog, ReadResult
+from storage.partition_log import (
+    AppendResult,
+    LogClosedError,
+    OffsetOutOfRange,
+    PartitionLog,
+    ReadResult,
+)
 from storage.segment import CorruptLogError, LogSegment
-from storage.topics import METADATA_FILE, MetadataError, TopicMeta, TopicStore, random_kafka_uuid
+from storage.topics import (
+    METADATA_FILE,
+    MetadataError,
+    TopicMeta,
+    TopicStore,
+    random_kafka_uuid,
+)
 
 __all__ = [
     "AppendResult",

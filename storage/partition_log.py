@@ -18,7 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.record_batch import BatchHeader, InvalidRecordError, assign_offsets, record_timestamps
+from protocol.record_batch import (
+    BatchHeader,
+    InvalidRecordError,
+    assign_offsets,
+    record_timestamps,
+)
 from storage.files import fsync_dir
 from storage.log_config import LogConfig
 from storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from protocol.api_table import API_VERSIONS
 from protocol.codec import DecodedRequest, build, has_field, response_class
 
+
 class CloseConnection(Exception):
     """Raised by a handler that wants the connection closed without a response."""
 

@@ -10,7 +10,12 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import api
 from broker.structured_log import get_logger
-from config import ConfigError, describe_broker_configs, describe_topic_configs, validate_topic_overrides
+from config import (
+    ConfigError,
+    describe_broker_configs,
+    describe_topic_configs,
+    validate_topic_overrides,
+)
 from protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.configs")

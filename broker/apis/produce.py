@@ -11,8 +11,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import CloseConnection, api
 from broker.flusher import now_ms
-from broker.structured_log import get_logger
 from broker.producers import SequenceError
+from broker.structured_log import get_logger
 from protocol.codec import DecodedRequest, build, response_class
 from protocol.record_batch import InvalidRecordError, parse_produce_records
 

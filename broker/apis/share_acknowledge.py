@@ -9,7 +9,12 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import api
 from broker.apis.share_common import (
-    RequestError, apply_acknowledgements, check_ids, current_leader, merge_topics, resolve_partition,
+    RequestError,
+    apply_acknowledgements,
+    check_ids,
+    current_leader,
+    merge_topics,
+    resolve_partition,
 )
 from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
 from broker.structured_log import get_logger

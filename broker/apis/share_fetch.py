@@ -11,7 +11,12 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import api
 from broker.apis.share_common import (
-    RequestError, apply_acknowledgements, bind_to_connection, check_ids, current_leader, merge_topics,
+    RequestError,
+    apply_acknowledgements,
+    bind_to_connection,
+    check_ids,
+    current_leader,
+    merge_topics,
     resolve_partition,
 )
 from broker.share.leader import LeaderError

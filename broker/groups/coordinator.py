@@ -14,12 +14,18 @@ from kio.schema.errors import ErrorCode
 
 from broker.flusher import now_ms
 from broker.groups import records as grec
-from broker.groups.share_group import HeartbeatError, ShareGroup, ShareMember, TopicInfo, validate_heartbeat
+from broker.groups.share_group import (
+    HeartbeatError,
+    ShareGroup,
+    ShareMember,
+    TopicInfo,
+    validate_heartbeat,
+)
+from broker.internal_topics import append_records, ensure_topic, read_records
 from broker.share.partition import ShareLimits
 from broker.share_state.store import PersisterError
 from broker.structured_log import get_logger
 from config import ConfigError, GroupConfig, group_config, validate_group_configs
-from protocol.record_batch import encode_batch, iter_batch_headers, iter_records, parse_batches
 from storage import write_atomic
 
 log = get_logger("sharebroker.groups")
@@ -54,17 +60,8 @@ class ShareGroupCoordinator:
         if topic is None:
             return
         for partition in topic.partitions:
-            plog = partition.log
-            offset = plog.log_start_offset
-            while offset < plog.high_watermark:
-                data = plog.read(offset, 4 << 20, min_one_batch=True).records
-                if not data:
-                    break
-                for h in iter_batch_headers(data):
-                    for off, key, value in iter_records(memoryview(data)[h.position:h.position + h.size]):
-                        if off >= offset and key is not None:
-                            self._replay(key, value)
-                    offset = h.last_offset + 1
+            for _off, key, value in read_records(partition.log):
+                self._replay(key, value)
         now = now_ms()
         for group in self.groups.values():
             group.restore(self._topic_infos(group.subscribed_topic_names()))
@@ -114,11 +111,8 @@ class ShareGroupCoordinator:
     # -- persistence in __consumer_offsets -------------------------------------------------------
 
     def _offsets_partition(self, group_id: str) -> Any:
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            topic = self.broker.topics.create(OFFSETS_TOPIC, self.broker.config["offsets.topic.num.partitions"], {
-                "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
-                "segment.bytes": str(100 * 1024 * 1024)}, now_ms())
+        topic = ensure_topic(self.broker, OFFSETS_TOPIC, self.broker.config["offsets.topic.num.partitions"],
+                             100 * 1024 * 1024)
         return topic.partitions[grec.offsets_partition(group_id, len(topic.partitions))]
 
     def _group_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
@@ -131,14 +125,9 @@ class ShareGroupCoordinator:
         return out
 
     async def _append(self, partition: Any, records: list[tuple[bytes, bytes | None]]) -> None:
-        buf = encode_batch(records, timestamp_ms=now_ms())
-        result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
-                                      leader_epoch=partition.leader_epoch, now_ms=now_ms())
-        if result.rolled:
-            self.broker.segment_rolled(partition)
         self._records_since_compaction[partition.index] = \
             self._records_since_compaction.get(partition.index, 0) + len(records)
-        await self.broker.after_append(partition, wait=True)
+        await append_records(self.broker, partition, records)
 
     async def persist(self, group: ShareGroup) -> None:
         """Write the group's records if anything persisted about it changed."""
@@ -238,10 +227,10 @@ class ShareGroupCoordinator:
             log.info("share group created", group=group_id)
         cfg = self.config(group_id)
         before = group.members[member_id].assignment if member_id in group.members else None
-        result = group.heartbeat(member_id=member_id, member_epoch=epoch, rack_id=body.rack_id,
-                                 subscribed=subscribed, client_id=conn.client_id or "", client_host=conn.client_host,
-                                 now_ms=now_ms(), session_timeout_ms=cfg.share_session_timeout_ms,
-                                 max_size=self.broker.config["group.share.max.size"])
+        group.heartbeat(member_id=member_id, member_epoch=epoch, rack_id=body.rack_id,
+                        subscribed=subscribed, client_id=conn.client_id or "", client_host=conn.client_host,
+                        now_ms=now_ms(), session_timeout_ms=cfg.share_session_timeout_ms,
+                        max_size=self.broker.config["group.share.max.size"])
         if epoch == -1:
             log.info("share group member left", group=group_id, member=member_id)
             await self.persist(group)

@@ -13,7 +13,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.flusher import now_ms
 from broker.share.partition import (
-    AcquiredRange, AcquireMode, LogBatch, PersistedBatch, SharePartition, ShareError, ShareLimits, StateWrite,
+    AcquiredRange,
+    AcquireMode,
+    LogBatch,
+    PersistedBatch,
+    ShareError,
+    SharePartition,
+    StateWrite,
 )
 from broker.share_state.store import PersisterError, StateBatch
 from broker.structured_log import get_logger

@@ -19,12 +19,19 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.flusher import now_ms
+from broker.internal_topics import append_records, ensure_topic, read_records
 from broker.share_state import records as rec
 from broker.share_state.store import (
-    Key, PersisterError, ReadResult, ShareGroupOffset, ShareStateStore, StateBatch, Summary, merge_batches,
+    Key,
+    PersisterError,
+    ReadResult,
+    ShareGroupOffset,
+    ShareStateStore,
+    StateBatch,
+    Summary,
+    merge_batches,
 )
 from broker.structured_log import get_logger
-from protocol.record_batch import encode_batch, iter_batch_headers, iter_records, parse_batches
 
 log = get_logger("sharebroker.share_state")
 
@@ -53,14 +60,8 @@ class ShareCoordinator:
     # -- the internal topic ----------------------------------------------------------------------
 
     def _topic(self) -> Any:
-        topic = self.broker.topics.get(STATE_TOPIC)
-        if topic is None:
-            cfg = self.broker.config
-            topic = self.broker.topics.create(STATE_TOPIC, self.num_partitions, {
-                "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
-                "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"]),
-            }, now_ms())
-        return topic
+        return ensure_topic(self.broker, STATE_TOPIC, self.num_partitions,
+                            self.broker.config["share.coordinator.state.topic.segment.bytes"])
 
     def _partition_for(self, key: Key) -> int:
         return rec.state_partition(key[0], key[1], key[2], self.num_partitions)
@@ -73,20 +74,9 @@ class ShareCoordinator:
         t0 = time.perf_counter()
         count = 0
         for partition in topic.partitions:
-            plog = partition.log
-            offset = plog.log_start_offset
-            while offset < plog.high_watermark:
-                data = plog.read(offset, 4 << 20, min_one_batch=True).records
-                if not data:
-                    break
-                walk = iter_batch_headers(data)
-                for h in walk:
-                    batch = memoryview(data)[h.position:h.position + h.size]
-                    for off, key, value in iter_records(batch):
-                        if off >= offset and key is not None:
-                            self._replay(off, key, value)
-                            count += 1
-                    offset = h.last_offset + 1
+            for off, key, value in read_records(partition.log):
+                self._replay(off, key, value)
+                count += 1
         self.replay_ms = (time.perf_counter() - t0) * 1000
         self.replayed_records = count
         log.info("share state replayed", records=count, share_partitions=len(self.store.states),
@@ -145,12 +135,7 @@ class ShareCoordinator:
                 items, self._queues[index] = self._queues[index], []
                 records = [r for recs, _ in items for r in recs]
                 try:
-                    buf = encode_batch(records, timestamp_ms=now_ms())
-                    result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
-                                                  leader_epoch=partition.leader_epoch, now_ms=now_ms())
-                    if result.rolled:
-                        self.broker.segment_rolled(partition)
-                    await self.broker.after_append(partition, wait=True)
+                    offset = await append_records(self.broker, partition, records)
                 except Exception as exc:
                     log.exception("share state append failed", state_partition=index)
                     for _, fut in items:
@@ -158,7 +143,6 @@ class ShareCoordinator:
                             fut.set_exception(PersisterError(ErrorCode.unknown_server_error,
                                                              f"share state append failed: {exc}"))
                     continue
-                offset = result.first_offset
                 for recs, fut in items:
                     if not fut.done():
                         fut.set_result(list(range(offset, offset + len(recs))))

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer, TopicCollection
 
-from tests.integration.clients import admin, consume_from_beginning, create_topic, produce_sync, producer_conf
+from tests.integration.clients import (
+    admin,
+    consume_from_beginning,
+    create_topic,
+    produce_sync,
+    producer_conf,
+)
 from tests.integration.rawkafka import RawClient, fetch_all_batches
 from tests.support.broker_process import wait_for
 
@@ -140,7 +146,12 @@ def test_startup_time_on_empty_data_dir_is_reported(make_broker) -> None:
 
 
 def test_dynamic_broker_config_survives_restart(make_broker) -> None:
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
 
     broker = make_broker()
     client = admin(broker.bootstrap)
