@@ -3,10 +3,19 @@ checked the way Kafka's ProducerStateManager checks sequences."""
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from kio.schema.errors import ErrorCode
+
+from broker.structured_log import get_logger
+from protocol.record_batch import iter_batch_headers
+from storage import write_atomic
+
+log = get_logger("sharebroker.producers")
 
 _MAX_CACHED_BATCHES = 5  # Kafka keeps metadata of the last 5 batches per producer for dedup
 _INT32_MAX = 2**31 - 1
@@ -96,3 +105,46 @@ class PartitionProducers:
 
 def _seq_before(a: int, b: int) -> bool:
     return a < b
+
+
+# -- durability: Kafka keeps producer state in snapshot files and replays the log after them ----
+
+SNAPSHOT_FILE = "producer-state.json"
+
+
+def save_snapshot(partition_dir: Path, producers: PartitionProducers, offset: int) -> None:
+    """Producer state as of `offset` (the log end offset), replaced atomically."""
+    doc = {"offset": offset, "producers": {
+        str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
+                   "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches]}
+        for pid, e in producers.entries.items()}}
+    write_atomic(partition_dir / SNAPSHOT_FILE, json.dumps(doc).encode())
+
+
+def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
+    """The snapshot, then the idempotent batches appended after it (headers only)."""
+    producers = PartitionProducers()
+    start = plog.log_start_offset
+    path = partition_dir / SNAPSHOT_FILE
+    if path.exists():
+        try:
+            doc = json.loads(path.read_text())
+            if doc["offset"] <= plog.log_end_offset:
+                for pid, e in doc["producers"].items():
+                    entry = ProducerEntry(e["epoch"], last_timestamp=e["last_timestamp"])
+                    entry.batches.extend(CachedBatch(*b) for b in e["batches"])
+                    producers.entries[int(pid)] = entry
+                start = max(start, doc["offset"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("producer state snapshot unreadable, rebuilding from the log", path=str(path), error=str(exc))
+    offset = start
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, 4 << 20, min_one_batch=True).records
+        if not data:
+            break
+        for h in iter_batch_headers(data):
+            if h.producer_id >= 0 and h.last_offset >= offset:
+                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                 h.base_offset, h.last_offset, h.max_timestamp)
+            offset = h.last_offset + 1
+    return producers

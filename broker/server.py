@@ -232,7 +232,9 @@ class Broker:
                 self.flusher.request(plog)
 
     def segment_rolled(self, partition: Partition) -> None:
-        """A rolled segment is complete: flush it off the loop so the recovery point moves on."""
+        """A rolled segment is complete: snapshot producer state (so a restart replays at most one
+        segment) and flush it off the loop so the recovery point moves on."""
+        self.topics.snapshot_producers(partition)
         if self.flusher is not None:
             self.flusher.request(partition.log)
 

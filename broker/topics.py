@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.producers import PartitionProducers
+from broker.producers import PartitionProducers, load_producers, save_snapshot
 from broker.structured_log import get_logger
 from config import BrokerConfig, ConfigError, TopicConfig, topic_config
 from storage import LogConfig, LogManager, PartitionLog, TopicStore
@@ -119,7 +119,7 @@ class Topics:
             lc = log_config(topic.config)
             for i in range(meta.partitions):
                 plog = opened.get((name, i)) or self.logs.create(name, i, lc, now_ms=now_ms, topic_id=topic.topic_id)
-                topic.partitions.append(Partition(topic, i, plog))
+                topic.partitions.append(Partition(topic, i, plog, load_producers(Path(plog.path), plog)))
             self._index(topic)
         return notes
 
@@ -210,7 +210,13 @@ class Topics:
     def all_partitions(self) -> list[Partition]:
         return [p for t in self.by_name.values() for p in t.partitions]
 
+    def snapshot_producers(self, partition: Partition) -> None:
+        if partition.producers.entries:
+            save_snapshot(Path(partition.log.path), partition.producers, partition.log.log_end_offset)
+
     def close(self) -> None:
+        for p in self.all_partitions():
+            self.snapshot_producers(p)
         self.logs.close()
 
 

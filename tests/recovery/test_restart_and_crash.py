@@ -165,3 +165,33 @@ def test_dynamic_broker_config_survives_restart(make_broker) -> None:
     entry = fut.result(timeout=15)["log.retention.ms"]
     assert entry.value == "123456"
     assert getattr(entry.source, "value", entry.source) == 2  # DYNAMIC_BROKER_CONFIG
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_idempotent_retry_after_restart_is_not_duplicated(make_broker, topic_name, stop: str) -> None:
+    """Producer state survives a restart (snapshot at clean stop; log replay after a crash), so a
+    batch retried across the restart is acknowledged with its original offset."""
+    from tests.integration import rawkafka as rk
+
+    broker = make_broker()
+    create_topic(broker.bootstrap, topic_name)
+    with rk.RawClient(broker.bootstrap) as raw:
+        ip = raw.request(rk.init_producer_id_request(version=4))
+        pid, epoch = ip.producer_id, ip.producer_epoch
+        batches = [rk.encode_batch([rk.Rec(f"v{seq}".encode())], producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=seq) for seq in range(3)]
+        for expected, b in enumerate(batches):
+            r = rk.produce(raw, topic_name, 0, b)
+            assert (int(r.error_code), r.base_offset) == (0, expected), r
+    if stop == "sigterm":
+        broker.stop()
+    else:
+        broker.kill()
+    broker.start()
+    with rk.RawClient(broker.bootstrap) as raw:
+        r = rk.produce(raw, topic_name, 0, batches[2])  # the retry of the last batch
+        assert (int(r.error_code), r.base_offset) == (0, 2), r
+        r = rk.produce(raw, topic_name, 0, rk.encode_batch([rk.Rec(b"gap")], producer_id=pid, producer_epoch=epoch,
+                                                             base_sequence=7))
+        assert int(r.error_code) == 45, r  # OUT_OF_ORDER_SEQUENCE_NUMBER: the sequence is still known
+        assert rk.fetch(raw, topic_name, 0, 0).high_watermark == 3
