@@ -218,10 +218,8 @@ class ShareGroupCoordinator:
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         group = self.groups.get(group_id)
         if group is None:
-            if epoch != 0:
-                raise HeartbeatError(ErrorCode.group_id_not_found if epoch == -1 else ErrorCode.unknown_member_id,
-                                     f"Group {group_id} not found." if epoch == -1 else
-                                     f"Member {member_id} is not a member of group {group_id}.")
+            if epoch != 0:  # only a join creates a group; groups survive restarts, so this is a real miss
+                raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
             group = ShareGroup(group_id)
             self.groups[group_id] = group
             log.info("share group created", group=group_id)
