@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import AcknowledgeType, KafkaError
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException
 
 from tests.integration.clients import create_topic
 from tests.integration.share_helpers import (
@@ -535,3 +535,22 @@ def test_waiting_poll_returns_soon_after_a_produce(sbroker, topic_name):
         assert latency < 3.0, f"record arrived {latency:.2f}s after produce; MaxWaitMs is 5000"
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("name,value,fragment", [
+    ("share.record.lock.duration.ms", "10", "share.record.lock.duration.ms"),
+    ("share.auto.offset.reset", "sometimes", "share.auto.offset.reset"),
+    ("share.auto.offset.reset", "by_duration:-PT1H", "share.auto.offset.reset"),
+    ("share.delivery.count.limit", "50", "share.delivery.count.limit"),
+    ("share.no.such.setting", "1", "share.no.such.setting"),
+])
+def test_invalid_group_config_is_refused_with_invalid_config(sbroker, name, value, fragment):
+    group = new_group("badcfg")
+    with pytest.raises(KafkaException) as exc:
+        set_group_configs(sbroker.bootstrap, group, {name: value})
+    err = exc.value.args[0]
+    assert err.code() == KafkaError.INVALID_CONFIG, err
+    assert fragment in err.str(), err.str()
+    # nothing was stored: the group still shows the default
+    entry = describe_group_configs(sbroker.bootstrap, group).get("share.auto.offset.reset")
+    assert entry is not None and entry.value == "latest"
