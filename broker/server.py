@@ -13,6 +13,7 @@ from typing import Any
 from broker.connection import Connection
 from broker.flusher import Flusher, now_ms
 from broker.groups.coordinator import ShareGroupCoordinator
+from broker.groups.group_log import GroupLog
 from broker.share.partitions import SharePartitions
 from broker.share_state.coordinator import ShareCoordinator
 from broker.structured_log import get_logger
@@ -33,6 +34,7 @@ class Broker:
         self.log_dir: Path = config.log_dir
         self.topics = Topics(config, self.log_dir)
         self.share_persister = ShareCoordinator(self)
+        self.group_log = GroupLog(self)
         self.share_groups = ShareGroupCoordinator(self)
         self.share = SharePartitions(self, self.share_persister)
         self.flusher: Flusher | None = None
@@ -90,6 +92,7 @@ class Broker:
         self.flusher = Flusher()
         self.flusher.start()
         self.share_groups.start()
+        self.group_log.start()
         self.share_persister.start()
         if notes:  # recovery rewrote files: make the repaired state durable before serving
             for p in self.topics.all_partitions():
@@ -145,6 +148,7 @@ class Broker:
         for timer in self._timers:
             timer.cancel()
         await self.share_groups.stop()
+        await self.group_log.stop()
         await self.share_persister.stop()
         self.share.close()
         if self.flusher is not None:

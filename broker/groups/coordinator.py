@@ -14,14 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.flusher import now_ms
 from broker.groups import records as grec
-from broker.groups.share_group import (
-    HeartbeatError,
-    ShareGroup,
-    ShareMember,
-    TopicInfo,
-    validate_heartbeat,
-)
-from broker.internal_topics import append_records, ensure_topic, read_records
+from broker.groups.share_group import HeartbeatError, ShareGroup, ShareMember, TopicInfo, validate_heartbeat
 from broker.share.partition import ShareLimits
 from broker.share_state.store import PersisterError
 from broker.structured_log import get_logger
@@ -31,10 +24,7 @@ from storage import write_atomic
 log = get_logger("sharebroker.groups")
 
 GROUP_CONFIGS_FILE = "share-group-configs.json"
-OFFSETS_TOPIC = "__consumer_offsets"
 _SWEEP_INTERVAL_S = 0.1
-_COMPACT_INTERVAL_S = 300
-_COMPACT_AFTER_RECORDS = 1000
 
 
 class ShareGroupCoordinator:
@@ -45,10 +35,8 @@ class ShareGroupCoordinator:
         self._config_cache: dict[str, GroupConfig] = {}
         self._path = Path(broker.log_dir) / GROUP_CONFIGS_FILE
         self._sweeper: asyncio.Task[None] | None = None
-        self._compactor: asyncio.Task[None] | None = None
         self._persisted: dict[str, tuple] = {}
         self._persisted_members: dict[str, set[str]] = {}
-        self._records_since_compaction: dict[int, int] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -56,12 +44,9 @@ class ShareGroupCoordinator:
         """Group configs from their file; groups by replaying `__consumer_offsets`."""
         if self._path.exists():
             self.configs = {g: dict(c) for g, c in json.loads(self._path.read_text()).items()}
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return
-        for partition in topic.partitions:
-            for _off, key, value in read_records(partition.log):
-                self._replay(key, value)
+        self.broker.group_log.register(self._restate)
+        self.broker.group_log.replay({t: self._replay for t in (grec.MEMBER_METADATA, grec.GROUP_METADATA,
+                                                               grec.MEMBER_ASSIGNMENT, grec.STATE_PARTITIONS)})
         now = now_ms()
         for group in self.groups.values():
             group.restore(self._topic_infos(group.subscribed_topic_names()))
@@ -101,19 +86,12 @@ class ShareGroupCoordinator:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._sweeper = loop.create_task(self._sweep_forever(), name="share-group-expiry")
-        self._compactor = loop.create_task(self._compact_forever(), name="group-log-compaction")
 
     async def stop(self) -> None:
-        for task in (self._sweeper, self._compactor):
-            if task is not None:
-                task.cancel()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
 
     # -- persistence in __consumer_offsets -------------------------------------------------------
-
-    def _offsets_partition(self, group_id: str) -> Any:
-        topic = ensure_topic(self.broker, OFFSETS_TOPIC, self.broker.config["offsets.topic.num.partitions"],
-                             100 * 1024 * 1024)
-        return topic.partitions[grec.offsets_partition(group_id, len(topic.partitions))]
 
     def _group_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
         names = {t.topic_id: t.name for t in self.broker.topics.by_name.values()}
@@ -124,10 +102,8 @@ class ShareGroupCoordinator:
             out.append(grec.member_assignment(group.group_id, m))
         return out
 
-    async def _append(self, partition: Any, records: list[tuple[bytes, bytes | None]]) -> None:
-        self._records_since_compaction[partition.index] = \
-            self._records_since_compaction.get(partition.index, 0) + len(records)
-        await append_records(self.broker, partition, records)
+    def _restate(self, in_partition: Any) -> list[tuple[bytes, bytes | None]]:
+        return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
 
     async def persist(self, group: ShareGroup) -> None:
         """Write the group's records if anything persisted about it changed."""
@@ -140,32 +116,7 @@ class ShareGroupCoordinator:
             records.extend(grec.member_tombstones(group.group_id, member_id))
         self._persisted[group.group_id] = signature
         self._persisted_members[group.group_id] = set(group.members)
-        await self._append(self._offsets_partition(group.group_id), records)
-
-    async def _compact_forever(self) -> None:
-        while True:
-            await asyncio.sleep(_COMPACT_INTERVAL_S)
-            try:
-                await self.compact()
-            except Exception:
-                log.exception("group log compaction failed")
-
-    async def compact(self) -> None:
-        """Rewrite every group of a busy `__consumer_offsets` partition and drop what came before."""
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return
-        for partition in topic.partitions:
-            if self._records_since_compaction.get(partition.index, 0) < _COMPACT_AFTER_RECORDS:
-                continue
-            groups = [g for g in self.groups.values()
-                      if grec.offsets_partition(g.group_id, len(topic.partitions)) == partition.index]
-            records = [r for g in groups for r in self._group_records(g)]
-            start = partition.log.high_watermark
-            if records:
-                await self._append(partition, records)
-            partition.log.delete_records(start)
-            self._records_since_compaction[partition.index] = 0
+        await self.broker.group_log.append(group.group_id, records)
 
     # -- configs ---------------------------------------------------------------------------------
 

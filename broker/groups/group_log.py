@@ -1,0 +1,103 @@
+"""`__consumer_offsets`: the one durable log of every group coordinator (share groups, classic
+groups and their committed offsets). Records are keyed as in Kafka (int16 record type first);
+a group's records go to partition abs(javaHash(group id)) % offsets.topic.num.partitions.
+
+Coordinators append through `append`, are handed their records by type at start-up (`replay`),
+and each provides the records that restate its live groups so that a busy partition can be
+compacted: the live state is written again and everything before it dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from broker.groups.records import offsets_partition
+from broker.internal_topics import append_records, ensure_topic, read_records
+from broker.structured_log import get_logger
+
+log = get_logger("sharebroker.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_SEGMENT_BYTES = 100 * 1024 * 1024
+_COMPACT_INTERVAL_S = 300
+_COMPACT_AFTER_RECORDS = 1000
+
+Record = tuple[bytes, bytes | None]
+# group ids living in a partition index -> the records restating them
+Restater = Callable[[Callable[[str], bool]], list[Record]]
+
+
+class GroupLog:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self._restaters: list[Restater] = []
+        self._since_compaction: dict[int, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def register(self, restate: Restater) -> None:
+        self._restaters.append(restate)
+
+    def _topic(self) -> Any:
+        return ensure_topic(self.broker, OFFSETS_TOPIC, self.broker.config["offsets.topic.num.partitions"],
+                            _SEGMENT_BYTES)
+
+    def partition_of(self, group_id: str) -> int:
+        return offsets_partition(group_id, self.broker.config["offsets.topic.num.partitions"])
+
+    async def append(self, group_id: str, records: list[Record]) -> None:
+        """Append one group's records; returns once the flush policy is met."""
+        if not records:
+            return
+        partition = self._topic().partitions[self.partition_of(group_id)]
+        self._since_compaction[partition.index] = self._since_compaction.get(partition.index, 0) + len(records)
+        await append_records(self.broker, partition, records)
+
+    def replay(self, handlers: dict[int, Callable[[bytes, bytes | None], None]]) -> int:
+        """Hand every record to the handler of its type; returns how many were read."""
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return 0
+        count = 0
+        for partition in topic.partitions:
+            for _off, key, value in read_records(partition.log):
+                (record_type,) = struct.unpack_from(">h", key, 0)
+                handler = handlers.get(record_type)
+                if handler is not None:
+                    handler(key, value)
+                count += 1
+        return count
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._compact_forever(), name="group-log-compaction")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _compact_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_COMPACT_INTERVAL_S)
+            try:
+                await self.compact()
+            except Exception:
+                log.exception("group log compaction failed")
+
+    async def compact(self, *, force: bool = False) -> None:
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return
+        for partition in topic.partitions:
+            if not force and self._since_compaction.get(partition.index, 0) < _COMPACT_AFTER_RECORDS:
+                continue
+            index = partition.index
+            records = [r for restate in self._restaters
+                       for r in restate(lambda gid, i=index: self.partition_of(gid) == i)]
+            start = partition.log.high_watermark
+            if records:
+                await append_records(self.broker, partition, records)
+            partition.log.delete_records(start)
+            self._since_compaction[index] = 0
+            log.info("group log compacted", partition=index, records=len(records),
+                     log_start_offset=start)
