@@ -6,6 +6,7 @@ response (Produce with acks=0)."""
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,14 +42,9 @@ def error_response(req: DecodedRequest, code: ErrorCode, message: str) -> Any | 
     return build(cls, data)
 
 
-_MODULES = (
-    "api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
-    "topics_admin", "configs", "describe_cluster", "init_producer_id", "delete_records",
-    "list_groups", "share_group_heartbeat", "share_group_describe", "share_fetch", "share_acknowledge",
-    "share_group_state",
-)
-for _name in _MODULES:
-    importlib.import_module(f"broker.apis.{_name}")
+# Every module of this package is an API handler module; importing it registers its handlers.
+for _info in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_info.name}")
 
 _missing = set(API_VERSIONS) - set(HANDLERS)
 assert not _missing, f"advertised APIs without a handler: {sorted(_missing)}"
