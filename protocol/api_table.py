@@ -23,6 +23,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     32: (1, 4),    # DescribeConfigs
     33: (0, 2),    # AlterConfigs
     37: (0, 3),    # CreatePartitions
+    42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
     60: (0, 2),    # DescribeCluster
     76: (1, 1),    # ShareGroupHeartbeat
@@ -34,6 +35,9 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     85: (0, 1),    # WriteShareGroupState
     86: (0, 0),    # DeleteShareGroupState
     87: (0, 1),    # ReadShareGroupStateSummary
+    90: (0, 1),    # DescribeShareGroupOffsets
+    91: (0, 0),    # AlterShareGroupOffsets
+    92: (0, 0),    # DeleteShareGroupOffsets
 }
 
 

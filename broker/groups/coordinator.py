@@ -256,3 +256,130 @@ class ShareGroupCoordinator:
             else:
                 raise ConfigError(name, f"Config operation {op} is not supported for group config {name}")
         self.set_configs(group_id, current, validate_only=validate_only)
+
+    # -- administration (DescribeShareGroupOffsets, Alter/DeleteShareGroupOffsets, DeleteGroups) --
+
+    def _drop_leaders(self, group_id: str, topic_id: uuid.UUID, partitions: Any) -> None:
+        """In-memory leaders of reset partitions go; the next fetch reads the new state."""
+        for index in partitions:
+            leader = self.broker.share.existing_leader(group_id, topic_id, index)
+            if leader is not None:
+                self.broker.share.drop(leader)
+
+    def _require_empty_share_group(self, group_id: str, *, create: bool) -> ShareGroup:
+        if not group_id:
+            raise HeartbeatError(ErrorCode.invalid_group_id, "The group id can't be empty.")
+        kind = self.broker.group_type(group_id)
+        if kind not in (None, "share"):
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+        group = self.groups.get(group_id)
+        if group is None:
+            if not create:
+                raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+            group = self.groups[group_id] = ShareGroup(group_id)
+        if group.members:
+            raise HeartbeatError(ErrorCode.non_empty_group,
+                                 f"The group {group_id} has active members; stop them before this operation.")
+        return group
+
+    async def alter_offsets(self, group_id: str, offsets: dict[str, dict[int, int]]) -> dict[str, dict[int, tuple[ErrorCode, str | None]]]:
+        """AlterShareGroupOffsets: re-initialize the listed partitions at the given start offsets,
+        discarding their in-flight state (a new state epoch fences the old one)."""
+        group = self._require_empty_share_group(group_id, create=True)
+        results: dict[str, dict[int, tuple[ErrorCode, str | None]]] = {}
+        group.epoch += 1
+        state_epoch = group.epoch
+        for name, parts in offsets.items():
+            topic = self.broker.topics.get(name)
+            results[name] = {}
+            done = []
+            for index, start in parts.items():
+                if topic is None or not 0 <= index < len(topic.partitions):
+                    results[name][index] = (ErrorCode.unknown_topic_or_partition,
+                                            f"Topic {name} partition {index} does not exist.")
+                    continue
+                try:
+                    await self.broker.share_persister.initialize(group_id, topic.topic_id, index, state_epoch, start)
+                except PersisterError as exc:
+                    results[name][index] = (exc.code, exc.message)
+                    continue
+                self._drop_leaders(group_id, topic.topic_id, [index])
+                results[name][index] = (ErrorCode.none, None)
+                done.append(index)
+            if topic is not None and done:
+                group.mark_initialized(TopicInfo(name, topic.topic_id, len(topic.partitions)), done)
+        await self.persist(group)
+        log.info("share group offsets altered", group=group_id, offsets=offsets)
+        return results
+
+    async def delete_offsets(self, group_id: str, topics: list[str]) -> dict[str, tuple[ErrorCode, str | None, Any]]:
+        group = self._require_empty_share_group(group_id, create=False)
+        results: dict[str, tuple[ErrorCode, str | None, Any]] = {}
+        for name in topics:
+            topic = self.broker.topics.get(name)
+            if topic is None:
+                results[name] = (ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.", None)
+                continue
+            initialized = group.initialized.get(topic.topic_id)
+            if not initialized:
+                results[name] = (ErrorCode.unknown_topic_or_partition, "There is no offset information to delete.",
+                                 topic.topic_id)
+                continue
+            for index in sorted(initialized):
+                await self.broker.share_persister.delete(group_id, topic.topic_id, index)
+            self._drop_leaders(group_id, topic.topic_id, initialized)
+            group.forget_topic(topic.topic_id)
+            results[name] = (ErrorCode.none, None, topic.topic_id)
+        await self.persist(group)
+        log.info("share group offsets deleted", group=group_id, topics=topics)
+        return results
+
+    async def delete_group(self, group_id: str) -> tuple[ErrorCode, str | None]:
+        try:
+            group = self._require_empty_share_group(group_id, create=False)
+        except HeartbeatError as exc:
+            return exc.code, exc.message
+        for topic_id, parts in group.initialized.items():
+            for index in sorted(parts):
+                await self.broker.share_persister.delete(group_id, topic_id, index)
+            self._drop_leaders(group_id, topic_id, parts)
+        del self.groups[group_id]
+        records = grec.group_tombstones(group_id)
+        for member_id in self._persisted_members.pop(group_id, set()):
+            records.extend(grec.member_tombstones(group_id, member_id))
+        self._persisted.pop(group_id, None)
+        await self.broker.group_log.append(group_id, records)
+        log.info("share group deleted", group=group_id)
+        return ErrorCode.none, None
+
+    async def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list[dict[str, Any]]:
+        """DescribeShareGroupOffsets rows: start offset from the persisted state, lag = end offset
+        - start offset - records already completed (-1 when either is unknown)."""
+        group = self.groups.get(group_id)
+        wanted: list[tuple[str, Any, list[int]]] = []
+        if topics is None:
+            if group is not None:
+                names = {t.topic_id: t.name for t in self.broker.topics.by_name.values()}
+                for tid, parts in sorted(group.initialized.items(), key=lambda kv: names.get(kv[0], "")):
+                    if tid in names:
+                        wanted.append((names[tid], tid, sorted(parts)))
+        else:
+            for name, parts in topics:
+                topic = self.broker.topics.get(name)
+                wanted.append((name, topic.topic_id if topic else None, list(parts)))
+        out = []
+        for name, tid, parts in wanted:
+            rows = []
+            topic = self.broker.topics.get(name)
+            for index in parts:
+                row: dict[str, Any] = {"partition_index": index, "start_offset": -1, "leader_epoch": -1, "lag": -1,
+                                       "error_code": ErrorCode.none, "error_message": None}
+                if tid is not None and topic is not None and 0 <= index < len(topic.partitions):
+                    s = await self.broker.share_persister.read_summary(group_id, tid, index)
+                    row.update(start_offset=s.start_offset, leader_epoch=s.leader_epoch)
+                    if s.start_offset >= 0 and s.delivery_complete_count >= 0:
+                        end = topic.partitions[index].log.high_watermark
+                        row["lag"] = max(0, end - s.start_offset - s.delivery_complete_count)
+                rows.append(row)
+            out.append({"topic_name": name, "topic_id": tid, "partitions": rows})
+        return out

@@ -1,0 +1,30 @@
+"""DeleteGroups (42) v0–2 for share groups and classic groups: only empty groups can be deleted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.structured_log import get_logger
+from protocol.codec import DecodedRequest, build, response_class
+
+log = get_logger("sharebroker.groups")
+
+
+@api(42)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    results = []
+    for group_id in req.body.groups_names:
+        kind = broker.group_type(group_id)
+        if kind == "share":
+            code, message = await broker.share_groups.delete_group(group_id)
+        elif kind is not None:
+            code, message = await broker.classic_groups.delete_group(group_id)
+        else:
+            code, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."
+        if code != ErrorCode.none:
+            log.info("group not deleted", group=group_id, error=ErrorCode(code).name, message=message)
+        results.append({"group_id": group_id, "error_code": code, "error_message": message})
+    return build(response_class(42, req.api_version), {"throttle_time": 0, "results": results})
