@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from broker.producers import PartitionProducers, load_producers, save_snapshot
 from broker.structured_log import get_logger
 from config import BrokerConfig, ConfigError, TopicConfig, topic_config
@@ -30,7 +32,6 @@ class TopicError(Exception):
 
 
 def validate_topic_name(name: str | None) -> None:
-    from kio.schema.errors import ErrorCode
 
     if not name:
         raise TopicError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
@@ -52,6 +53,12 @@ class Partition:
     producers: PartitionProducers = field(default_factory=PartitionProducers)
     leader_epoch: int = 0
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    def check_leader_epoch(self, requested: int) -> ErrorCode | None:
+        """Fetch/ListOffsets CurrentLeaderEpoch: -1 skips the check."""
+        if requested == -1 or requested == self.leader_epoch:
+            return None
+        return ErrorCode.unknown_leader_epoch if requested > self.leader_epoch else ErrorCode.fenced_leader_epoch
 
     def wait_for_append(self) -> asyncio.Future[None]:
         """A future resolved at the next append (long-polling fetches wait on it)."""

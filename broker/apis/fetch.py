@@ -17,16 +17,6 @@ from storage import OffsetOutOfRange
 _READ_COMMITTED = 1
 
 
-def _check_leader_epoch(partition: Any, requested: int) -> ErrorCode | None:
-    if requested == -1:
-        return None
-    if requested > partition.leader_epoch:
-        return ErrorCode.unknown_leader_epoch
-    if requested < partition.leader_epoch:
-        return ErrorCode.fenced_leader_epoch
-    return None
-
-
 def _read_all(broker: Any, body: Any, v: int) -> tuple[list[dict[str, Any]], int, bool, list[Any]]:
     """One pass over the requested partitions: (responses, bytes, any_error, partitions)."""
     topics = broker.topics
@@ -61,7 +51,7 @@ def _read_all(broker: Any, body: Any, v: int) -> tuple[list[dict[str, Any]], int
                 continue
             partition = topic.partitions[fp.partition]
             partitions.append(partition)
-            epoch_error = _check_leader_epoch(partition, getattr(fp, "current_leader_epoch", -1))
+            epoch_error = partition.check_leader_epoch(getattr(fp, "current_leader_epoch", -1))
             plog = partition.log
             hw = plog.high_watermark
             entry.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=plog.log_start_offset)

@@ -8,7 +8,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.apis import api
-from broker.apis.fetch import _check_leader_epoch
 from protocol.codec import DecodedRequest, build, response_class
 
 LATEST = -1
@@ -62,7 +61,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 continue
             partition = topic.partitions[lp.partition_index]
-            epoch_error = _check_leader_epoch(partition, getattr(lp, "current_leader_epoch", -1))
+            epoch_error = partition.check_leader_epoch(getattr(lp, "current_leader_epoch", -1))
             if epoch_error is not None:
                 entry["error_code"] = epoch_error
                 continue

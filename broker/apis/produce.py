@@ -70,13 +70,13 @@ def _append_one(broker: Any, partition: Any, records: bytes | None, version: int
 
 
 def _check_timestamps(batch: Any, cfg: Any, now: int) -> None:
-    before = getattr(cfg, "message_timestamp_before_max_ms", None)
-    after = getattr(cfg, "message_timestamp_after_max_ms", None)
-    if before is not None and batch.base_timestamp >= 0 and now - batch.base_timestamp > before:
+    before = cfg.message_timestamp_before_max_ms
+    after = cfg.message_timestamp_after_max_ms
+    if batch.base_timestamp >= 0 and now - batch.base_timestamp > before:
         raise ProduceError(ErrorCode.invalid_timestamp,
                            f"Timestamp {batch.base_timestamp} of a record is earlier than the allowed "
                            f"message.timestamp.before.max.ms ({before} ms before now).")
-    if after is not None and batch.max_timestamp - now > after:
+    if batch.max_timestamp - now > after:
         raise ProduceError(ErrorCode.invalid_timestamp,
                            f"Timestamp {batch.max_timestamp} of a record is later than the allowed "
                            f"message.timestamp.after.max.ms ({after} ms after now).")
