@@ -32,7 +32,6 @@ class TopicError(Exception):
 
 
 def validate_topic_name(name: str | None) -> None:
-
     if not name:
         raise TopicError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
