@@ -169,8 +169,9 @@ class Topics:
         return None
 
     def create(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> Topic:
+        config = topic_config(self._config, overrides)  # invalid settings fail before anything is stored
         meta = self.store.create_topic(name, partitions, overrides)
-        topic = Topic(name, _as_uuid(meta.topic_id), dict(overrides), topic_config(self._config, overrides))
+        topic = Topic(name, _as_uuid(meta.topic_id), dict(overrides), config)
         lc = log_config(topic.config)
         for i in range(partitions):
             topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms,

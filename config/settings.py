@@ -519,7 +519,10 @@ def _broker_defs() -> list[ConfigDef]:
           "a single node keeps one copy whatever this says.", AtLeast(1)),
         d("share.coordinator.state.topic.min.isr", "short", 2, "min.insync.replicas of __share_group_state." + _COMPAT,
           AtLeast(1)),
-        d("share.coordinator.state.topic.segment.bytes", "int", 104857600, "Segment size of __share_group_state.", AtLeast(1)),
+        # Kafka declares at least 1, but the topic it creates must pass segment.bytes' own minimum
+        # of 1 MiB; refusing it at start-up beats a state topic that can never be created.
+        d("share.coordinator.state.topic.segment.bytes", "int", 104857600, "Segment size of __share_group_state "
+          "(at least 1048576, the minimum of segment.bytes).", AtLeast(1048576)),
         d("share.coordinator.threads", "int", 1, "Share coordinator threads." + _COMPAT, AtLeast(1)),
         d("share.coordinator.snapshot.update.records.per.snapshot", "int", 500, "Update records written for a share "
           "partition between two snapshots.", Between(0, 500)),

@@ -128,7 +128,12 @@ class ShareCoordinator:
 
     async def _drain(self, index: int) -> None:
         try:
-            partition = self._topic().partitions[index]
+            try:
+                partition = self._topic().partitions[index]
+            except Exception as exc:
+                log.exception("share state topic unavailable", state_partition=index)
+                self._fail_queue(index, exc)
+                return
             while self._queues[index]:
                 if self.linger_ms > 0:
                     await asyncio.sleep(self.linger_ms / 1000)
@@ -138,10 +143,7 @@ class ShareCoordinator:
                     offset = await append_records(self.broker, partition, records)
                 except Exception as exc:
                     log.exception("share state append failed", state_partition=index)
-                    for _, fut in items:
-                        if not fut.done():
-                            fut.set_exception(PersisterError(ErrorCode.unknown_server_error,
-                                                             f"share state append failed: {exc}"))
+                    self._fail(items, exc)
                     continue
                 for recs, fut in items:
                     if not fut.done():
@@ -149,6 +151,16 @@ class ShareCoordinator:
                     offset += len(recs)
         finally:
             self._draining.discard(index)
+
+    def _fail_queue(self, index: int, exc: Exception) -> None:
+        items, self._queues[index] = self._queues[index], []
+        self._fail(items, exc)
+
+    @staticmethod
+    def _fail(items: list[Any], exc: Exception) -> None:
+        for _, fut in items:
+            if not fut.done():
+                fut.set_exception(PersisterError(ErrorCode.unknown_server_error, f"share state append failed: {exc}"))
 
     async def _write_snapshot(self, key: Key, state: ShareGroupOffset) -> None:
         value = rec.encode_snapshot(rec.SnapshotValue(
