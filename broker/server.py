@@ -12,6 +12,7 @@ from typing import Any
 
 from broker.connection import Connection
 from broker.flusher import Flusher, now_ms
+from broker.groups.classic_coordinator import ClassicGroupCoordinator
 from broker.groups.coordinator import ShareGroupCoordinator
 from broker.groups.group_log import GroupLog
 from broker.share.partitions import SharePartitions
@@ -36,6 +37,7 @@ class Broker:
         self.share_persister = ShareCoordinator(self)
         self.group_log = GroupLog(self)
         self.share_groups = ShareGroupCoordinator(self)
+        self.classic_groups = ClassicGroupCoordinator(self)
         self.share = SharePartitions(self, self.share_persister)
         self.flusher: Flusher | None = None
         self.features_epoch = 0
@@ -89,9 +91,11 @@ class Broker:
             log.warning("log recovery", detail=note)
         self.share_persister.load()
         self.share_groups.load()
+        self.classic_groups.load()
         self.flusher = Flusher()
         self.flusher.start()
         self.share_groups.start()
+        self.classic_groups.start()
         self.group_log.start()
         self.share_persister.start()
         if notes:  # recovery rewrote files: make the repaired state durable before serving
@@ -148,6 +152,7 @@ class Broker:
         for timer in self._timers:
             timer.cancel()
         await self.share_groups.stop()
+        await self.classic_groups.stop()
         await self.group_log.stop()
         await self.share_persister.stop()
         self.share.close()
@@ -162,16 +167,20 @@ class Broker:
         topic = self.topics.delete(name)
         self.share.drop_topic(topic.topic_id)
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
+        await self.classic_groups.topic_deleted(name)
 
     def group_type(self, group_id: str) -> str | None:
-        """Which kind of group owns this id ("share"), or None if no group has it."""
+        """Which kind of group owns this id ("share", "classic"), or None if no group has it."""
         if group_id in self.share_groups.groups:
             return "share"
+        if group_id in self.classic_groups.groups:
+            return "classic"
         return None
 
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, type) of every group."""
-        return [(g.group_id, "share", g.state, "share") for g in self.share_groups.groups.values()]
+        return ([(g.group_id, "share", g.state, "share") for g in self.share_groups.groups.values()]
+                + self.classic_groups.listing())
 
     def add_partitions(self, name: str, total: int) -> None:
         self.topics.add_partitions(name, total, now_ms())

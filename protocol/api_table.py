@@ -13,7 +13,14 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     1: (4, 18),    # Fetch
     2: (1, 11),    # ListOffsets
     3: (0, 13),    # Metadata
+    8: (2, 9),     # OffsetCommit (v10 needs topic ids)
+    9: (1, 9),     # OffsetFetch (v10 needs topic ids)
     10: (0, 6),    # FindCoordinator
+    11: (0, 9),    # JoinGroup
+    12: (0, 4),    # Heartbeat
+    13: (0, 5),    # LeaveGroup
+    14: (0, 5),    # SyncGroup
+    15: (0, 6),    # DescribeGroups
     16: (0, 5),    # ListGroups
     18: (0, 4),    # ApiVersions
     19: (2, 7),    # CreateTopics
@@ -25,6 +32,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
+    47: (0, 0),    # OffsetDelete
     60: (0, 2),    # DescribeCluster
     76: (1, 1),    # ShareGroupHeartbeat
     77: (1, 1),    # ShareGroupDescribe

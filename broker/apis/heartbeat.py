@@ -1,0 +1,18 @@
+"""Heartbeat (12) v0–4: keeps a classic group member's session; REBALANCE_IN_PROGRESS tells it to
+rejoin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.apis import api
+from protocol.codec import DecodedRequest, build, response_class
+
+
+@api(12)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    code = broker.classic_groups.heartbeat(group_id=body.group_id, member_id=body.member_id,
+                                           group_instance_id=getattr(body, "group_instance_id", None),
+                                           generation_id=body.generation_id)
+    return build(response_class(12, req.api_version), {"throttle_time": 0, "error_code": code})

@@ -1,0 +1,49 @@
+"""JoinGroup (11) v0–9: join or rejoin a classic group; the answer is parked until the join phase
+of the rebalance completes (the leader's answer carries every member's protocol metadata)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from broker.structured_log import get_logger
+from protocol.codec import DecodedRequest, build, response_class
+
+log = get_logger("sharebroker.groups")
+
+
+def ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+@api(11)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    session_timeout = ms(body.session_timeout)
+    # v0 has no rebalance timeout: the session timeout plays both roles
+    rebalance_timeout = session_timeout if v == 0 else ms(body.rebalance_timeout)
+    if rebalance_timeout < 0:
+        rebalance_timeout = session_timeout
+    result = await broker.classic_groups.join(
+        group_id=body.group_id, member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None), client_id=req.client_id or "",
+        client_host=conn.client_host, session_timeout_ms=session_timeout, rebalance_timeout_ms=rebalance_timeout,
+        protocol_type=body.protocol_type, protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
+        version=v)
+    if result.error not in (ErrorCode.none, ErrorCode.member_id_required):
+        log.info("join group refused", conn=conn.id, group=body.group_id, member=body.member_id,
+                 error=result.error.name)
+    return build(response_class(11, v), {
+        "throttle_time": 0, "error_code": result.error, "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        # ProtocolName is nullable from v7 only
+        "protocol_name": result.protocol_name if v >= 7 else (result.protocol_name or ""),
+        "leader": result.leader, "skip_assignment": result.skip_assignment, "member_id": result.member_id,
+        "members": [{"member_id": m, "group_instance_id": i, "metadata": meta} for m, i, meta in result.members],
+    })

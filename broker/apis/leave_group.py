@@ -1,0 +1,29 @@
+"""LeaveGroup (13) v0–5: one member (v0–2) or a batch of members by id or group.instance.id
+(v3+) leave a classic group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from protocol.codec import DecodedRequest, build, response_class
+
+
+@api(13)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    v = req.api_version
+    if v < 3:
+        identities = [(body.member_id, None)]
+    else:
+        identities = [(m.member_id, m.group_instance_id) for m in body.members]
+    top, results = broker.classic_groups.leave(body.group_id, identities)
+    cls = response_class(13, v)
+    if v < 3:
+        code = top if top != ErrorCode.none else next((e for _, _, e in results if e != ErrorCode.none),
+                                                       ErrorCode.none)
+        return build(cls, {"throttle_time": 0, "error_code": code})
+    return build(cls, {"throttle_time": 0, "error_code": top, "members": [
+        {"member_id": m, "group_instance_id": i, "error_code": e} for m, i, e in results]})

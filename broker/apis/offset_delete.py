@@ -1,0 +1,25 @@
+"""OffsetDelete (47) v0: delete committed offsets of an empty classic group, or of topics a
+consumer group no longer subscribes to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.apis import api
+from protocol.codec import DecodedRequest, build, response_class
+
+
+@api(47)
+async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+    body = req.body
+    wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in body.topics]
+    code, errors = await broker.classic_groups.delete_offsets(body.group_id, wanted)
+    topics = []
+    for name, partitions in wanted:
+        rows = [{"partition_index": p, "error_code": errors[(name, p)]} for p in partitions if (name, p) in errors]
+        if rows:
+            topics.append({"name": name, "partitions": rows})
+    return build(response_class(47, req.api_version),
+                 {"error_code": code if code is not None else ErrorCode.none, "throttle_time": 0, "topics": topics})

@@ -1,0 +1,503 @@
+"""The group coordinator for classic groups (JoinGroup/SyncGroup protocol) and committed offsets:
+owns every ClassicGroup, fires their timers, persists group metadata and offsets in
+`__consumer_offsets` with Kafka's record formats, and rebuilds them at start-up.
+
+Parked JoinGroup/SyncGroup requests wait on futures the group answers through its outbox. Anything
+persisted is updated in memory in the same step as its append (so GroupLog compaction always
+restates what the log holds); responses that acknowledge it are sent after the append."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.flusher import now_ms
+from broker.groups import classic_records as crec
+from broker.groups.classic_group import (
+    DEAD,
+    EMPTY,
+    STABLE,
+    ClassicGroup,
+    ClassicSettings,
+    JoinRequest,
+    JoinResult,
+    MetadataWrite,
+    SyncResult,
+)
+from broker.structured_log import get_logger
+
+log = get_logger("sharebroker.groups")
+
+Record = tuple[bytes, bytes | None]
+# (topic, partition, offset, leader epoch, metadata)
+OffsetToCommit = tuple[str, int, int, int, str | None]
+# (partition, committed offset, leader epoch, metadata, error)
+FetchedOffset = tuple[int, int, int, str, ErrorCode]
+
+
+class ClassicGroupCoordinator:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.groups: dict[str, ClassicGroup] = {}
+        self._persisted: dict[str, bytes] = {}  # group id -> last GroupMetadata value appended
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._inflight: dict[str, set[asyncio.Future[None]]] = {}
+        self._seen: dict[str, tuple[str, int]] = {}
+        self._running = False
+        self._cleanup: asyncio.Task[None] | None = None
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    def settings(self) -> ClassicSettings:
+        cfg = self.broker.config
+        return ClassicSettings(initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"],
+                               max_size=cfg["group.max.size"])
+
+    def _group(self, group_id: str) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.settings = self.settings()
+        return group
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild groups and committed offsets by replaying `__consumer_offsets`."""
+        self.broker.group_log.register(self._restate)
+        self.broker.group_log.replay({t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)})
+        now = now_ms()
+        for group in self.groups.values():
+            group.settings = self.settings()
+            group.loaded(now)
+            self._seen[group.group_id] = (group.state, group.generation_id)
+        if self.groups:
+            log.info("classic groups loaded", groups=len(self.groups),
+                     members=sum(len(g.members) for g in self.groups.values()),
+                     offsets=sum(len(g.offsets) for g in self.groups.values()))
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        try:
+            record_type, group_id, topic, partition = crec.decode_key(key)
+            if record_type == crec.OFFSET_COMMIT:
+                assert topic is not None and partition is not None
+                if value is None:
+                    existing = self.groups.get(group_id)
+                    if existing is not None:
+                        existing.offsets.pop((topic, partition), None)
+                    return
+                group = self.groups.get(group_id)
+                if group is None:  # offsets without membership: a "simple" group
+                    group = self.groups[group_id] = ClassicGroup(group_id, self.settings())
+                group.offsets[(topic, partition)] = crec.decode_offset_commit_value(value)
+                return
+            previous = self.groups.pop(group_id, None)
+            if value is None:
+                self._persisted.pop(group_id, None)
+                if previous is not None and previous.offsets:
+                    simple = self.groups[group_id] = ClassicGroup(group_id, self.settings())
+                    simple.offsets = previous.offsets
+                return
+            group = ClassicGroup.from_snapshot(group_id, crec.decode_group_metadata_value(value), self.settings())
+            if previous is not None:
+                group.offsets = previous.offsets
+            self.groups[group_id] = group
+            self._persisted[group_id] = value
+        except (ValueError, AssertionError, IndexError) as exc:
+            log.warning("unreadable classic group record skipped", error=str(exc), key=key.hex()[:80])
+
+    def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
+        out: list[Record] = []
+        for group_id, group in self.groups.items():
+            if not in_partition(group_id):
+                continue
+            if group_id in self._persisted:
+                out.append((crec.group_metadata_key(group_id), self._persisted[group_id]))
+            for (topic, partition), committed in group.offsets.items():
+                out.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
+        return out
+
+    def start(self) -> None:
+        self._running = True
+        for group in self.groups.values():
+            self._reschedule(group)
+        self._cleanup = asyncio.get_running_loop().create_task(self._expire_offsets_forever(),
+                                                               name="classic-offsets-expiry")
+
+    async def stop(self) -> None:
+        self._running = False
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        if self._cleanup is not None:
+            self._cleanup.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- plumbing between the state machines and the loop ----------------------------------------
+
+    def _after(self, group: ClassicGroup) -> None:
+        """Deliver the group's answers, start its metadata writes, re-arm its timer."""
+        for waiter, result in group.take_replies():
+            if not waiter.done():
+                waiter.set_result(result)
+        writes = group.take_writes()
+        if writes:
+            self._spawn(self._write_metadata(group, writes))
+        seen = (group.state, group.generation_id)
+        if self._seen.get(group.group_id) != seen:
+            self._seen[group.group_id] = seen
+            log.info("classic group state", group=group.group_id, state=group.state,
+                     generation=group.generation_id, members=len(group.members),
+                     protocol=group.protocol_name, leader=group.leader_id)
+        self._reschedule(group)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _reschedule(self, group: ClassicGroup) -> None:
+        handle = self._timers.pop(group.group_id, None)
+        if handle is not None:
+            handle.cancel()
+        if not self._running or self.groups.get(group.group_id) is not group:
+            return
+        deadline = group.next_deadline()
+        if deadline is None:
+            return
+        delay = max(0.0, (deadline - now_ms()) / 1000) + 0.001
+        self._timers[group.group_id] = asyncio.get_running_loop().call_later(delay, self._fire, group.group_id)
+
+    def _fire(self, group_id: str) -> None:
+        self._timers.pop(group_id, None)
+        group = self._group(group_id)
+        if group is None:
+            return
+        try:
+            group.tick(now_ms())
+        except Exception:
+            log.exception("classic group timer failed", group=group_id)
+        self._after(group)
+
+    async def _write_metadata(self, group: ClassicGroup, writes: list[MetadataWrite]) -> None:
+        for write in writes:
+            ok = True
+            try:
+                if self.groups.get(group.group_id) is group:
+                    value = crec.group_metadata_value(write.snapshot)
+                    self._persisted[group.group_id] = value  # together with the append, for compaction
+                    await self._append(group.group_id, [(crec.group_metadata_key(group.group_id), value)])
+            except Exception as exc:  # noqa: BLE001 - a failed write is answered to the members, not raised
+                ok = False
+                log.error("classic group metadata write failed", group=group.group_id, error=str(exc))
+            group.write_done(write, ok, now_ms())
+            self._after(group)
+
+    async def _append(self, group_id: str, records: list[Record]) -> None:
+        """Append and wait for the flush policy; OffsetFetch with RequireStable waits for these."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        pending = self._inflight.setdefault(group_id, set())
+        pending.add(done)
+        try:
+            await self.broker.group_log.append(group_id, records)
+        finally:
+            done.set_result(None)
+            pending.discard(done)
+            if not pending:
+                self._inflight.pop(group_id, None)
+
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ------------------------------------------
+
+    async def join(self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: tuple[tuple[str, bytes], ...], version: int) -> JoinResult:
+        cfg = self.broker.config
+        if not group_id:
+            return JoinResult(ErrorCode.invalid_group_id, member_id)
+        if not cfg["group.min.session.timeout.ms"] <= session_timeout_ms <= cfg["group.max.session.timeout.ms"]:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        if self.broker.group_type(group_id) not in (None, "classic"):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, "")
+        group = self._group(group_id)
+        created = False
+        if group is None:
+            if member_id:  # a known member id for a group that does not exist
+                return JoinResult(ErrorCode.unknown_member_id, member_id)
+            group = self.groups[group_id] = ClassicGroup(group_id, self.settings())
+            created = True
+            log.info("classic group created", group=group_id)
+        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        group.join(JoinRequest(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                               rebalance_timeout_ms, protocol_type, protocols, version), waiter, now_ms())
+        if created:
+            group.writes.insert(0, MetadataWrite(group.snapshot()))
+        self._after(group)
+        return await waiter
+
+    async def sync(self, *, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> SyncResult:
+        if not group_id:
+            return SyncResult(ErrorCode.invalid_group_id)
+        group = self._group(group_id)
+        if group is None:
+            return SyncResult(ErrorCode.unknown_member_id)
+        waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        group.sync(member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id,
+                   protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments,
+                   waiter=waiter, now_ms=now_ms())
+        self._after(group)
+        return await waiter
+
+    def heartbeat(self, *, group_id: str, member_id: str, group_instance_id: str | None,
+                  generation_id: int) -> ErrorCode:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        group = self._group(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        code = group.heartbeat(member_id=member_id, group_instance_id=group_instance_id,
+                               generation_id=generation_id, now_ms=now_ms())
+        self._after(group)
+        return code
+
+    def leave(self, group_id: str, identities: list[tuple[str, str | None]]
+              ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        if not group_id:
+            return ErrorCode.invalid_group_id, []
+        group = self._group(group_id)
+        if group is None:  # Kafka answers a missing group per member
+            return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in identities]
+        if group.state == DEAD:
+            return ErrorCode.coordinator_not_available, []
+        results = group.leave(identities, now_ms())
+        for member_id, _instance, code in results:
+            if code == ErrorCode.none:
+                log.info("classic group member left", group=group_id, member=member_id)
+        self._after(group)
+        return ErrorCode.none, results
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        t = self.broker.topics.get(topic)
+        return t is not None and 0 <= partition < len(t.partitions)
+
+    async def commit_offsets(self, *, group_id: str, member_id: str, group_instance_id: str | None,
+                             generation_id: int, offsets: list[OffsetToCommit],
+                             version: int) -> dict[tuple[str, int], ErrorCode]:
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        valid: list[OffsetToCommit] = []
+        for item in offsets:
+            if self._partition_exists(item[0], item[1]):
+                valid.append(item)
+            else:
+                errors[(item[0], item[1])] = ErrorCode.unknown_topic_or_partition
+        if not valid:
+            return errors
+        group, error = self._group_for_commit(group_id, generation_id, version)
+        if group is not None and error is None:
+            error = group.validate_offset_commit(member_id=member_id, group_instance_id=group_instance_id,
+                                                 generation_id=generation_id)
+        if error is not None or group is None:
+            for topic, partition, *_ in valid:
+                errors[(topic, partition)] = error or ErrorCode.unknown_server_error
+            return errors
+        now = now_ms()
+        max_metadata = self.broker.config["offset.metadata.max.bytes"]
+        records: list[Record] = []
+        for topic, partition, offset, leader_epoch, metadata in valid:
+            if metadata is not None and len(metadata) > max_metadata:
+                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now)
+            group.offsets[(topic, partition)] = committed
+            records.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
+            errors[(topic, partition)] = ErrorCode.none
+        if not records and group.is_simple() and not group.offsets:
+            self._forget(group_id)  # nothing committed: the simple group was never there
+        group.offset_committed(member_id, now)
+        self._after(group)
+        if records:
+            await self._append(group_id, records)
+        return errors
+
+    def _group_for_commit(self, group_id: str, generation_id: int,
+                          version: int) -> tuple[ClassicGroup | None, ErrorCode | None]:
+        if self.broker.group_type(group_id) not in (None, "classic"):
+            return None, ErrorCode.group_id_not_found
+        group = self._group(group_id)
+        if group is not None:
+            return group, None
+        if generation_id < 0:
+            # Admin tools and manually assigned consumers commit without membership.
+            group = self.groups[group_id] = ClassicGroup(group_id, self.settings())
+            return group, None
+        return None, ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
+
+    async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                            require_stable: bool) -> list[tuple[str, list[FetchedOffset]]]:
+        """Committed offsets of the requested partitions (-1 where none), or of every partition
+        when `topics` is None. Unknown groups and other groups' ids have no offsets, as in Kafka."""
+        if require_stable:
+            pending = list(self._inflight.get(group_id, ()))
+            if pending:
+                await asyncio.wait(pending)
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None and group.state != DEAD else {}
+        out: list[tuple[str, list[FetchedOffset]]] = []
+        if topics is None:
+            by_topic: dict[str, list[FetchedOffset]] = {}
+            for (topic, partition), c in sorted(offsets.items()):
+                by_topic.setdefault(topic, []).append((partition, c.offset, c.leader_epoch, c.metadata, ErrorCode.none))
+            return list(by_topic.items())
+        for topic, partitions in topics:
+            rows: list[FetchedOffset] = []
+            for partition in partitions:
+                c = offsets.get((topic, partition))
+                if c is None:
+                    rows.append((partition, -1, -1, "", ErrorCode.none))
+                else:
+                    rows.append((partition, c.offset, c.leader_epoch, c.metadata, ErrorCode.none))
+            out.append((topic, rows))
+        return out
+
+    async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
+                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete: a group-level error, and per-partition results."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        valid: list[tuple[str, int]] = []
+        for topic, partitions in topics:
+            for partition in partitions:
+                if self._partition_exists(topic, partition):
+                    valid.append((topic, partition))
+                else:
+                    errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+        group = self._group(group_id)
+        if group is None or self.broker.group_type(group_id) != "classic":
+            return ErrorCode.group_id_not_found, errors
+        error = group.validate_offset_delete()
+        if error is not None:
+            return error, errors
+        records: list[Record] = []
+        for topic, partition in valid:
+            if group.is_subscribed_to(topic):
+                errors[(topic, partition)] = ErrorCode.group_subscribed_to_topic
+                continue
+            errors[(topic, partition)] = ErrorCode.none
+            if group.offsets.pop((topic, partition), None) is not None:
+                records.append((crec.offset_commit_key(group_id, topic, partition), None))
+        if records:
+            log.info("classic group offsets deleted", group=group_id, partitions=len(records))
+            await self._append(group_id, records)
+        return ErrorCode.none, errors
+
+    # -- describe, list, delete ------------------------------------------------------------------
+
+    def describe(self, group_id: str) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        return group if group is not None and group.state != DEAD else None
+
+    def listing(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, "classic") for ListGroups."""
+        return [(g.group_id, g.protocol_type or "", g.state, "classic")
+                for g in self.groups.values() if g.state != DEAD]
+
+    async def delete_group(self, group_id: str) -> tuple[ErrorCode, str | None]:
+        """DeleteGroups for a classic group: only an empty group goes, with all its offsets."""
+        group = self.groups.get(group_id)
+        if group is None or group.state == DEAD:
+            return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+        if group.state != EMPTY:
+            return ErrorCode.non_empty_group, f"Group {group_id} is not empty."
+        records: list[Record] = [(crec.offset_commit_key(group_id, t, p), None) for t, p in group.offsets]
+        records.append((crec.group_metadata_key(group_id), None))
+        group.offsets.clear()
+        group.mark_dead(now_ms())
+        self._after(group)
+        self._forget(group_id)
+        log.info("classic group deleted", group=group_id)
+        await self._append(group_id, records)
+        return ErrorCode.none, None
+
+    def _forget(self, group_id: str) -> None:
+        self.groups.pop(group_id, None)
+        self._persisted.pop(group_id, None)
+        self._seen.pop(group_id, None)
+        handle = self._timers.pop(group_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    async def topic_deleted(self, name: str) -> None:
+        """A deleted topic's committed offsets go with it (tombstoned in every group)."""
+        for group_id, group in list(self.groups.items()):
+            gone = [key for key in group.offsets if key[0] == name]
+            if not gone:
+                continue
+            for key in gone:
+                del group.offsets[key]
+            await self._append(group_id, [(crec.offset_commit_key(group_id, t, p), None) for t, p in gone])
+            log.info("classic group offsets of deleted topic removed", group=group_id, topic=name,
+                     partitions=len(gone))
+
+    # -- offset retention ------------------------------------------------------------------------
+
+    async def _expire_offsets_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.broker.config["offsets.retention.check.interval.ms"] / 1000)
+            try:
+                await self.expire_offsets(now_ms())
+            except Exception:
+                log.exception("classic offsets expiry failed")
+
+    async def expire_offsets(self, now: int) -> None:
+        """Kafka's offsets.retention.minutes: offsets of empty groups (counted from when the group
+        became empty), of simple groups and of topics a stable consumer group no longer subscribes
+        to (counted from the commit) expire; empty groups left without offsets are deleted."""
+        retention_ms = self.broker.config["offsets.retention.minutes"] * 60_000
+        for group_id, group in list(self.groups.items()):
+            base_of = _expiry_base(group)
+            records: list[Record] = []
+            if base_of is not None:
+                for (topic, partition), c in list(group.offsets.items()):
+                    if group.is_subscribed_to(topic):
+                        continue
+                    expired = (now >= c.expire_timestamp_ms if c.expire_timestamp_ms >= 0
+                               else now - base_of(c) >= retention_ms)
+                    if expired:
+                        del group.offsets[(topic, partition)]
+                        records.append((crec.offset_commit_key(group_id, topic, partition), None))
+            if group.state == EMPTY and not group.offsets and not group.pending_members:
+                records.append((crec.group_metadata_key(group_id), None))
+                group.mark_dead(now)
+                self._after(group)
+                self._forget(group_id)
+                log.info("classic group expired", group=group_id)
+            if records:
+                await self._append(group_id, records)
+
+
+def _expiry_base(group: ClassicGroup) -> Callable[[crec.CommittedOffset], int] | None:
+    if group.protocol_type is None:
+        return lambda c: c.commit_timestamp_ms
+    if group.state == EMPTY:
+        became_empty = group.state_timestamp_ms
+        return lambda c: became_empty if became_empty is not None else c.commit_timestamp_ms
+    if group.protocol_type == "consumer" and group.subscribed_topics is not None and group.state == STABLE:
+        return lambda c: c.commit_timestamp_ms
+    return None
+
+
+def member_rows(group: ClassicGroup) -> Iterable[tuple[str, str | None, str, str, bytes, bytes]]:
+    """(member id, instance id, client id, client host, metadata, assignment) for DescribeGroups:
+    metadata only when the group is Stable."""
+    stable = group.state == STABLE
+    for m in group.members.values():
+        yield (m.member_id, m.group_instance_id, m.client_id, m.client_host,
+               m.metadata(group.protocol_name) if stable else b"", m.assignment)

@@ -1,0 +1,267 @@
+"""Kafka's classic-group records in `__consumer_offsets` (group-coordinator schemas):
+
+- OffsetCommit: key version 0 or 1 = (group, topic, partition); value OffsetCommitValue v0-v4
+  (we write v3: offset, leader epoch, metadata, commit timestamp).
+- GroupMetadata: key version 2 = (group); value GroupMetadataValue v0-v4 (we write v3: protocol
+  type, generation, protocol, leader, state timestamp, members with subscription and assignment).
+
+Keys are an int16 version followed by the non-flexible fields; values an int16 version followed
+by the fields (flexible from v4: compact strings and tagged fields). A null value is a tombstone.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+OFFSET_COMMIT_KEYS = (0, 1)
+OFFSET_COMMIT, GROUP_METADATA = 1, 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+    expire_timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSnapshot:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """What GroupMetadataValue holds: the last persisted generation of a classic group."""
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp_ms: int = -1
+    members: tuple[MemberSnapshot, ...] = field(default_factory=tuple)
+
+
+# -- primitive writers/readers -------------------------------------------------------------------
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def i16(self, v: int) -> None:
+        self.buf += _I16.pack(v)
+
+    def i32(self, v: int) -> None:
+        self.buf += _I32.pack(v)
+
+    def i64(self, v: int) -> None:
+        self.buf += _I64.pack(v)
+
+    def string(self, s: str | None) -> None:
+        if s is None:
+            self.i16(-1)
+            return
+        b = s.encode()
+        self.i16(len(b))
+        self.buf += b
+
+    def bytes_(self, b: bytes | None) -> None:
+        if b is None:
+            self.i32(-1)
+            return
+        self.i32(len(b))
+        self.buf += b
+
+
+class _In:
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data = bytes(data)
+        self.pos = pos
+
+    def _take(self, s: struct.Struct) -> int:
+        (v,) = s.unpack_from(self.data, self.pos)
+        self.pos += s.size
+        return v
+
+    def i16(self) -> int:
+        return self._take(_I16)
+
+    def i32(self) -> int:
+        return self._take(_I32)
+
+    def i64(self) -> int:
+        return self._take(_I64)
+
+    def uvarint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result
+            shift += 7
+
+    def _raw(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise ValueError("truncated record")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def string(self, flexible: bool = False) -> str | None:
+        n = self.uvarint() - 1 if flexible else self.i16()
+        return None if n < 0 else self._raw(n).decode()
+
+    def bytes_(self, flexible: bool = False) -> bytes | None:
+        n = self.uvarint() - 1 if flexible else self.i32()
+        return None if n < 0 else self._raw(n)
+
+    def array_len(self, flexible: bool = False) -> int:
+        return self.uvarint() - 1 if flexible else self.i32()
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self._raw(self.uvarint())
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
+    out = _Out()
+    out.i16(OFFSET_COMMIT)
+    out.string(group_id)
+    out.string(topic)
+    out.i32(partition)
+    return bytes(out.buf)
+
+
+def group_metadata_key(group_id: str) -> bytes:
+    out = _Out()
+    out.i16(GROUP_METADATA)
+    out.string(group_id)
+    return bytes(out.buf)
+
+
+def decode_key(key: bytes) -> tuple[int, str, str | None, int | None]:
+    """(record type, group, topic, partition); topic and partition only for offset commits."""
+    r = _In(key)
+    version = r.i16()
+    group = r.string() or ""
+    if version in OFFSET_COMMIT_KEYS:
+        topic = r.string() or ""
+        return OFFSET_COMMIT, group, topic, r.i32()
+    if version == GROUP_METADATA:
+        return GROUP_METADATA, group, None, None
+    raise ValueError(f"not a classic-group record key (version {version})")
+
+
+# -- values --------------------------------------------------------------------------------------
+
+
+def offset_commit_value(c: CommittedOffset) -> bytes:
+    out = _Out()
+    out.i16(OFFSET_VALUE_VERSION)
+    out.i64(c.offset)
+    out.i32(c.leader_epoch)
+    out.string(c.metadata)
+    out.i64(c.commit_timestamp_ms)
+    return bytes(out.buf)
+
+
+def decode_offset_commit_value(value: bytes) -> CommittedOffset:
+    r = _In(value)
+    version = r.i16()
+    flexible = version >= 4
+    offset = r.i64()
+    leader_epoch = r.i32() if version >= 3 else -1
+    metadata = r.string(flexible) or ""
+    commit_ts = r.i64()
+    expire_ts = r.i64() if version == 1 else -1
+    if flexible:
+        r.skip_tags()
+    return CommittedOffset(offset, leader_epoch, metadata, commit_ts, expire_ts)
+
+
+def group_metadata_value(s: GroupSnapshot) -> bytes:
+    out = _Out()
+    out.i16(GROUP_VALUE_VERSION)
+    out.string(s.protocol_type)
+    out.i32(s.generation)
+    out.string(s.protocol)
+    out.string(s.leader)
+    out.i64(s.state_timestamp_ms)
+    out.i32(len(s.members))
+    for m in s.members:
+        out.string(m.member_id)
+        out.string(m.group_instance_id)
+        out.string(m.client_id)
+        out.string(m.client_host)
+        out.i32(m.rebalance_timeout_ms)
+        out.i32(m.session_timeout_ms)
+        out.bytes_(m.subscription)
+        out.bytes_(m.assignment)
+    return bytes(out.buf)
+
+
+def decode_group_metadata_value(value: bytes) -> GroupSnapshot:
+    r = _In(value)
+    version = r.i16()
+    flex = version >= 4
+    protocol_type = r.string(flex) or ""
+    generation = r.i32()
+    protocol = r.string(flex)
+    leader = r.string(flex)
+    state_ts = r.i64() if version >= 2 else -1
+    members = []
+    for _ in range(max(r.array_len(flex), 0)):
+        member_id = r.string(flex) or ""
+        instance_id = r.string(flex) if version >= 3 else None
+        client_id = r.string(flex) or ""
+        client_host = r.string(flex) or ""
+        rebalance = r.i32() if version >= 1 else -1
+        session = r.i32()
+        subscription = r.bytes_(flex) or b""
+        assignment = r.bytes_(flex) or b""
+        if flex:
+            r.skip_tags()
+        members.append(MemberSnapshot(member_id, instance_id, client_id, client_host,
+                                      session if rebalance == -1 else rebalance, session, subscription, assignment))
+    if flex:
+        r.skip_tags()
+    return GroupSnapshot(protocol_type, generation, protocol, leader, state_ts, tuple(members))
+
+
+def consumer_subscription_topics(metadata: bytes) -> list[str] | None:
+    """Topics of a ConsumerProtocolSubscription (the v0 prefix every version starts with), or
+    None if the bytes do not parse."""
+    try:
+        r = _In(metadata)
+        r.i16()  # version
+        n = r.i32()
+        if n < 0 or n > len(metadata):
+            return None
+        topics = []
+        for _ in range(n):
+            t = r.string()
+            if t is None:
+                return None
+            topics.append(t)
+        return topics
+    except (struct.error, ValueError, UnicodeDecodeError, IndexError):
+        return None
