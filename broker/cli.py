@@ -81,9 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sharebroker", description="A Kafka-compatible broker with share groups.")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    from broker.tools import add_tool_parsers
+
+    add_tool_parsers(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    handler = getattr(args, "handler", None)
+    if handler is not None:
+        return handler(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

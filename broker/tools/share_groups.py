@@ -1,0 +1,518 @@
+"""`sharebroker share-groups`: kafka-share-groups.sh (ShareGroupCommand) over the wire — list,
+describe (offsets, members, state), reset offsets, delete offsets and delete share groups, with the
+tool's options, argument rules, columns and messages (share-groups-spec §14.1, admin APIs §11).
+
+Errors go to stderr with exit code 1 (Kafka's tool prints some of them on stdout); argument
+errors are usage errors with exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.tools.common import (
+    add_connection_options,
+    client_from_args,
+    run_tool,
+    table,
+    usage_error,
+    width,
+)
+from broker.tools.offsets_common import (
+    add_reset_options,
+    chosen_scenarios,
+    compute_offsets,
+    parse_topic_args,
+    print_reset_table,
+    read_reset_file,
+)
+from broker.tools.wire import (
+    Client,
+    KafkaApiError,
+    Node,
+    ToolError,
+    code_of,
+    error_message,
+)
+
+ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
+VALID_STATES = ("Empty", "Stable", "Dead")
+SHARE_SCENARIOS = ("to_offset", "to_earliest", "to_latest", "to_current", "to_datetime", "by_duration", "from_file")
+
+EXCEPTION_NAMES = {
+    ErrorCode.non_empty_group: "GroupNotEmptyException",
+    ErrorCode.group_id_not_found: "GroupIdNotFoundException",
+    ErrorCode.invalid_group_id: "InvalidGroupIdException",
+    ErrorCode.group_authorization_failed: "GroupAuthorizationException",
+    ErrorCode.unknown_topic_or_partition: "UnknownTopicOrPartitionException",
+    ErrorCode.topic_authorization_failed: "TopicAuthorizationException",
+}
+
+
+def exception_text(code: int, message: str | None) -> str:
+    """How Kafka's tools print a failed future: ExceptionClass: message."""
+    try:
+        ec = ErrorCode(int(code))
+        name = EXCEPTION_NAMES.get(ec) or "".join(w.capitalize() for w in ec.name.split("_")) + "Exception"
+    except ValueError:
+        name = "KafkaException"
+    return f"{name}: {error_message(code, message)}"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("share-groups", help="list, describe, reset and delete share groups (kafka-share-groups.sh)",
+                       description="This tool helps to list, describe, reset and delete share groups.")
+    add_connection_options(p)
+    p.add_argument("--list", action="store_true", help="list all share groups")
+    p.add_argument("--describe", action="store_true", help="describe share group, members and offset information")
+    p.add_argument("--delete", action="store_true", help="delete share group")
+    p.add_argument("--delete-offsets", action="store_true",
+                   help="delete offsets of share group (one group at a time, several topics)")
+    p.add_argument("--group", action="append", default=[], metavar="GROUP", help="the share group to act on")
+    p.add_argument("--all-groups", action="store_true", help="apply to all share groups")
+    p.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                   help="topic for --delete-offsets or --reset-offsets (reset: 'topic' or 'topic:0,1,2')")
+    p.add_argument("--members", action="store_true", help="describe members of the group (--describe)")
+    p.add_argument("--offsets", action="store_true", help="describe offsets (the default view of --describe)")
+    p.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
+                   help="with --describe: the group state; with --list: state column, optionally filtered "
+                        "(comma-separated: Empty, Stable, Dead)")
+    p.add_argument("--verbose", action="store_true", help="more columns (--describe)")
+    add_reset_options(p)
+    p.set_defaults(handler=lambda args: run(p, args))
+    return p
+
+
+def _has(args: argparse.Namespace, name: str) -> bool:
+    v = getattr(args, name)
+    return v is not None and v is not False and v != []
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    actions = [a for a in ACTIONS if _has(args, a)]
+    if len(actions) != 1:
+        usage_error(p, "Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
+                       "--delete-offsets.")
+    action = actions[0]
+    groups, all_groups, topics = args.group, args.all_groups, args.topic
+    if action == "describe":
+        if not groups and not all_groups:
+            usage_error(p, "Option [describe] takes one of these options: [group], [all-groups]")
+        if sum(1 for o in ("members", "offsets") if _has(args, o)) + (args.state is not None) > 1:
+            usage_error(p, "Option [describe] takes at most one of these options: [members], [offsets], [state]")
+        if args.state:
+            usage_error(p, "Option [describe] does not take a value for [state]")
+    if action == "delete":
+        if not groups and not all_groups:
+            usage_error(p, "Option [delete] takes the options [group] or [all-groups]")
+        if groups and all_groups:
+            usage_error(p, "Option [delete] takes either [group] or [all-groups], not both.")
+        if topics:
+            usage_error(p, "Option [delete] does not take the option: [topic]")
+    if action == "delete_offsets":
+        if not groups or not topics:
+            usage_error(p, "Option [delete-offsets] takes the following options: [group], [topic]")
+        if len(groups) > 1:
+            usage_error(p, "Option [delete-offsets] supports one share group at a time")
+    if action == "reset_offsets":
+        if args.dry_run and args.execute:
+            usage_error(p, "Option [reset-offsets] only accepts one of [execute] and [dry-run]")
+        if not groups:
+            usage_error(p, "Option [reset-offsets] takes the option: [group]")
+        if len(groups) > 1 or all_groups:
+            usage_error(p, "Option [reset-offsets] supports one share group at a time")
+        scopes = sum(1 for s in (bool(topics), args.all_topics, bool(args.from_file)) if s)
+        if scopes == 0:
+            usage_error(p, "Option [reset-offsets] takes one of these options: [topic], [all-topics], [from-file]")
+        if topics and args.all_topics:
+            usage_error(p, "Option [reset-offsets] takes either [topic] or [all-topics], not both.")
+        scenarios = [s for s in chosen_scenarios(args) if s in SHARE_SCENARIOS]
+        if len(scenarios) != 1:
+            usage_error(p, "Option [reset-offsets] requires exactly one of these scenarios: [to-offset], "
+                           "[to-earliest], [to-latest], [to-current], [to-datetime], [by-duration], [from-file]")
+    else:
+        for opt in ("dry_run", "execute", "export", "all_topics", *SHARE_SCENARIOS):
+            if _has(args, opt):
+                usage_error(p, f"Option [{opt.replace('_', '-')}] can only be used with [reset-offsets]")
+    if action != "describe":
+        for opt in ("members", "offsets", "verbose"):
+            if _has(args, opt):
+                usage_error(p, f"Option [{opt}] can only be used with [describe]")
+    if args.state is not None and action not in ("describe", "list"):
+        usage_error(p, "Option [state] can only be used with [describe] or [list]")
+    if action == "list" and (groups or all_groups):
+        usage_error(p, "Option [group] and [all-groups] cannot be used with [list]")
+    if topics and action not in ("delete_offsets", "reset_offsets"):
+        usage_error(p, "Option [topic] can only be used with [delete-offsets] or [reset-offsets]")
+    return action
+
+
+def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    action = check_args(p, args)
+    if action == "list" and args.state:
+        try:
+            states_from_string(args.state)
+        except ToolError as exc:
+            print(exc.message, file=sys.stderr)
+            return 1
+    return run_tool(lambda a: _run(action, a), args)
+
+
+def _run(action: str, args: argparse.Namespace) -> int:
+    with client_from_args(args, default_client_id="sharebroker-share-groups") as client:
+        svc = ShareGroupService(client, args)
+        if action == "list":
+            return svc.list_groups()
+        if action == "describe":
+            return svc.describe_groups()
+        if action == "delete":
+            return svc.delete_groups()
+        if action == "reset_offsets":
+            return svc.reset_offsets()
+        return svc.delete_offsets()
+
+
+def states_from_string(text: str) -> list[str]:
+    out = []
+    for s in text.split(","):
+        match = [v for v in VALID_STATES if v.lower() == s.strip().lower()]
+        if not match:
+            raise ToolError(f"Invalid state list '{text}'. Valid states are: {', '.join(VALID_STATES)}")
+        out.append(match[0])
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    epoch: int
+    assignment: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class Description:
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    coordinator: Node
+    members: list[Member]
+
+
+@dataclass
+class OffsetRow:
+    topic: str
+    partition: int
+    start_offset: int | None
+    leader_epoch: int | None
+    lag: int | None
+
+
+class ShareGroupService:
+    def __init__(self, client: Client, args: argparse.Namespace) -> None:
+        self.client = client
+        self.args = args
+
+    # -- admin calls
+    def list_share_groups(self, states: list[str] | None = None) -> list[tuple[str, str]]:
+        """(group id, state) of every share group on every broker (ListGroups, type filter share)."""
+        self.client.metadata([])
+        found: dict[str, str] = {}
+        for node_id in sorted(self.client.nodes):
+            conn = self.client.conn(node_id)
+            typed = conn.supports(16, 5)
+            data: dict[str, Any] = {"states_filter": states or [], "types_filter": ["share"]}
+            version, resp = conn.request_v(16, data)
+            if code_of(resp.error_code):
+                raise KafkaApiError(resp.error_code, None, "ListGroups failed: ")
+            for g in resp.groups:
+                if not typed and getattr(g, "protocol_type", "") != "share":
+                    continue
+                state = getattr(g, "group_state", "") or "Unknown"
+                if states and version < 4 and state not in states:
+                    continue
+                found[g.group_id] = state
+        return sorted(found.items())
+
+    def describe(self, group: str) -> tuple[Description | None, int, str | None]:
+        """(description, error code, error message) from ShareGroupDescribe at the coordinator."""
+        node, conn = self.client.coordinator_conn(group)
+        resp = conn.request(77, {"group_ids": [group], "include_authorized_operations": False})
+        (g,) = resp.groups
+        code = code_of(g.error_code)
+        if code:
+            return None, code, g.error_message
+        members = []
+        for m in g.members:
+            assignment: dict[str, list[int]] = {}
+            for tp in m.assignment.topic_partitions:
+                assignment.setdefault(tp.topic_name, []).extend(int(x) for x in tp.partitions)
+            members.append(Member(m.member_id, m.client_id, m.client_host, int(m.member_epoch), assignment))
+        return Description(group, g.group_state, int(g.group_epoch), int(g.assignment_epoch), node, members), 0, None
+
+    def share_offsets(self, group: str) -> list[OffsetRow]:
+        """DescribeShareGroupOffsets with Topics null: every initialized partition of the group."""
+        _node, conn = self.client.coordinator_conn(group)
+        resp = conn.request(90, {"groups": [{"group_id": group, "topics": None}]})
+        (g,) = resp.groups
+        if code_of(g.error_code):
+            raise KafkaApiError(g.error_code, g.error_message,
+                                f"Cannot describe the offsets of share group '{group}': ")
+        rows = []
+        for t in g.topics:
+            for p in t.partitions:
+                if code_of(p.error_code):
+                    continue  # the admin client skips partitions with errors
+                start = int(p.start_offset)
+                if start < 0:
+                    rows.append(OffsetRow(t.topic_name, int(p.partition_index), None, None, None))
+                else:
+                    lag = int(getattr(p, "lag", -1))
+                    epoch = int(p.leader_epoch)
+                    rows.append(OffsetRow(t.topic_name, int(p.partition_index), start, epoch if epoch >= 0 else None,
+                                          lag if lag >= 0 else None))
+        rows.sort(key=lambda r: (r.topic, r.partition))
+        return rows
+
+    # -- --list
+    def list_groups(self) -> int:
+        if self.args.state is not None:
+            states = states_from_string(self.args.state) if self.args.state else []
+            groups = self.list_share_groups(states)
+            gw = width([g for g, _ in groups])
+            print(f"{'GROUP'.ljust(gw)} STATE")
+            for g, state in groups:
+                print(f"{g.ljust(gw)} {state}")
+        else:
+            for g, _state in self.list_share_groups():
+                print(g)
+        return 0
+
+    # -- --describe
+    def _group_ids(self) -> list[str]:
+        if self.args.all_groups:
+            return [g for g, _ in self.list_share_groups()]
+        return list(dict.fromkeys(self.args.group))
+
+    def _described(self, group: str) -> Description | None:
+        """The description, or None after printing the does-not-exist error."""
+        desc, code, message = self.describe(group)
+        if desc is None:
+            if code == ErrorCode.group_id_not_found:
+                print(f"\nError: Share group '{group}' does not exist.", file=sys.stderr)
+                return None
+            raise KafkaApiError(code, message, f"Cannot describe share group '{group}': ")
+        if desc.state == "Dead":
+            print(f"\nError: Share group '{group}' does not exist.", file=sys.stderr)
+            return None
+        return desc
+
+    def describe_groups(self) -> int:
+        verbose = self.args.verbose
+        failed = False
+        for group in sorted(self._group_ids()):
+            desc = self._described(group)
+            if desc is None:
+                failed = True
+                continue
+            if self.args.members:
+                self.print_members(desc, verbose)
+            elif self.args.state is not None:
+                self.print_state(desc, verbose)
+            else:
+                self.print_offsets(group, self.share_offsets(group), verbose)
+        return 1 if failed else 0
+
+    @staticmethod
+    def _maybe_print_empty(desc: Description) -> None:
+        if desc.state == "Empty":
+            print(f"\nShare group '{desc.group_id}' has no active members.", file=sys.stderr)
+
+    def print_offsets(self, group: str, rows: list[OffsetRow], verbose: bool) -> None:
+        if not rows:
+            print(f"\nShare group '{group}' has no offset information.")
+            return
+        gw, tw = width([group]), width([r.topic for r in rows])
+        if verbose:
+            header = ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "START-OFFSET", "LAG"]
+            body = [[group, r.topic, r.partition, r.leader_epoch, r.start_offset, r.lag] for r in rows]
+            widths = [gw, tw, 10, 13, 13, None]
+        else:
+            header = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+            body = [[group, r.topic, r.partition, r.start_offset, r.lag] for r in rows]
+            widths = [gw, tw, 10, 13, None]
+        sys.stdout.write(table(header, body, widths))
+
+    def print_state(self, desc: Description, verbose: bool) -> None:
+        self._maybe_print_empty(desc)
+        coordinator = f"{desc.coordinator.host}:{desc.coordinator.port}  ({desc.coordinator.node_id})"
+        gw, cw = width([desc.group_id]), width([coordinator], 25)
+        if verbose:
+            header = ["GROUP", "COORDINATOR (ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"]
+            row = [desc.group_id, coordinator, desc.state, desc.group_epoch, desc.assignment_epoch, len(desc.members)]
+            sys.stdout.write(table(header, [row], [gw, cw, 15, 12, 17, None]))
+        else:
+            sys.stdout.write(table(["GROUP", "COORDINATOR (ID)", "STATE", "#MEMBERS"],
+                                   [[desc.group_id, coordinator, desc.state, len(desc.members)]], [gw, cw, 15, None]))
+
+    @staticmethod
+    def assignment_text(assignment: dict[str, list[int]]) -> str:
+        return ";".join(sorted(f"{t}:{','.join(str(p) for p in sorted(ps))}" for t, ps in assignment.items()))
+
+    def print_members(self, desc: Description, verbose: bool) -> None:
+        self._maybe_print_empty(desc)
+        if not desc.members:
+            return
+        members = sorted(desc.members, key=lambda m: m.member_id)
+        gw = width([desc.group_id])
+        cw = width([m.member_id for m in members])
+        hw = width([m.host for m in members])
+        iw = width([m.client_id for m in members])
+        rows = []
+        for m in members:
+            count = sum(len(ps) for ps in m.assignment.values())
+            row: list[Any] = [desc.group_id, m.member_id, m.host, m.client_id, count]
+            if verbose:
+                row.append(m.epoch)
+            row.append(self.assignment_text(m.assignment))
+            rows.append(row)
+        if verbose:
+            sys.stdout.write(table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-EPOCH",
+                                    "ASSIGNMENT"], rows, [gw, cw, hw, iw, 12, 13, None]))
+        else:
+            sys.stdout.write(table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"], rows,
+                                   [gw, cw, hw, iw, 12, None]))
+
+    # -- --delete
+    def delete_groups(self) -> int:
+        listed = dict(self.list_share_groups())
+        requested = list(listed) if self.args.all_groups else list(dict.fromkeys(self.args.group))
+        failed: dict[str, str] = {}
+        to_delete = []
+        for group in requested:
+            state = listed.get(group)
+            if state is None:
+                failed[group] = f"GroupIdNotFoundException: Group '{group}' is not a share group."
+            elif state == "Dead":
+                failed[group] = f"IllegalStateException: Share group '{group}' group state is DEAD."
+            elif state != "Empty":
+                failed[group] = f"GroupNotEmptyException: Share group '{group}' is not EMPTY."
+            else:
+                to_delete.append(group)
+        succeeded = []
+        for group in to_delete:
+            _node, conn = self.client.coordinator_conn(group)
+            resp = conn.request(42, {"groups_names": [group]})
+            (r,) = resp.results
+            code = code_of(r.error_code)
+            if code:
+                failed[group] = exception_text(code, getattr(r, "error_message", None))
+            else:
+                succeeded.append(group)
+        if not failed:
+            print("Deletion of requested share groups (" + ", ".join(f"'{g}'" for g in succeeded) + ") was successful.")
+            return 0
+        print("\nError: Deletion of some share groups failed:", file=sys.stderr)
+        for group, text in failed.items():
+            print(f"* Group '{group}' could not be deleted due to: {text}", file=sys.stderr)
+        if succeeded:
+            print("\nThese share groups were deleted successfully: " + ", ".join(f"'{g}'" for g in succeeded))
+        return 1
+
+    # -- --delete-offsets
+    def delete_offsets(self) -> int:
+        group = self.args.group[0]
+        topics = list(dict.fromkeys(self.args.topic))
+        _node, conn = self.client.coordinator_conn(group)
+        resp = conn.request(92, {"group_id": group, "topics": [{"topic_name": t} for t in topics]})
+        top = code_of(resp.error_code)
+        results: dict[str, str | None] = {}
+        failed = False
+        if top:
+            failed = True
+            text = error_message(top, resp.error_message)
+            if top in (ErrorCode.invalid_group_id, ErrorCode.group_id_not_found, ErrorCode.group_authorization_failed,
+                       ErrorCode.non_empty_group):
+                print(f"\nError: {text}", file=sys.stderr)
+            else:
+                print(f"\nError: Encounter some unknown error: {exception_text(top, resp.error_message)}",
+                      file=sys.stderr)
+            for t in topics:
+                results[t] = text
+        else:
+            by_name = {r.topic_name: r for r in resp.responses}
+            for t in topics:
+                r = by_name.get(t)
+                if r is None:
+                    results[t] = "The server did not report on this topic."
+                elif code_of(r.error_code):
+                    results[t] = error_message(r.error_code, r.error_message)
+                else:
+                    results[t] = None
+            failed = any(v is not None for v in results.values())
+        tw = width(list(results))
+        rows = [[t, "Successful" if err is None else f"Error: {err}"] for t, err in sorted(results.items())]
+        sys.stdout.write(table(["TOPIC", "STATUS"], rows, [tw, None]))
+        return 1 if failed else 0
+
+    # -- --reset-offsets
+    def reset_offsets(self) -> int:
+        args = self.args
+        group = args.group[0]
+        desc, code, message = self.describe(group)
+        if desc is not None and desc.state not in ("Empty", "Dead"):
+            raise ToolError(f"Share group '{group}' is not empty.")
+        if desc is None and code != ErrorCode.group_id_not_found:
+            raise KafkaApiError(code, message, f"Cannot describe share group '{group}': ")
+        names = {t.split(":")[0] for t in args.topic}
+        current: dict[tuple[str, int], int] = {}
+        if args.all_topics or args.to_current:
+            rows = self.share_offsets(group) if desc is not None else []
+            current = {(r.topic, r.partition): r.start_offset for r in rows if r.start_offset is not None}
+            names |= {r.topic for r in rows}
+        if args.from_file:
+            names |= {t for t, _p in read_reset_file(args.from_file, group)}
+        topics = self.client.metadata(sorted(names)) if names else {}
+        if args.all_topics:
+            rows = self.share_offsets(group) if desc is not None else []
+            partitions = sorted({(r.topic, r.partition) for r in rows})
+        elif args.topic:
+            partitions = parse_topic_args(self.client, args.topic, topics)
+        else:
+            partitions = []
+        offsets = compute_offsets(self.client, args, group, partitions, topics, current)
+        dry_run = args.dry_run or not args.execute
+        if not args.execute and not args.dry_run:
+            print("WARN: No action will be performed as the --execute option is missing. Add --execute to apply "
+                  "the new offsets, or --dry-run to keep this behaviour explicitly.", file=sys.stderr)
+        if not dry_run and offsets:
+            self.alter_offsets(group, offsets)
+        print_reset_table(group, offsets, args.export)
+        return 0
+
+    def alter_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for (t, p), o in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append((p, o))
+        _node, conn = self.client.coordinator_conn(group)
+        resp = conn.request(91, {"group_id": group, "topics": [
+            {"topic_name": t, "partitions": [{"partition_index": p, "start_offset": o} for p, o in ps]}
+            for t, ps in by_topic.items()]})
+        top = code_of(resp.error_code)
+        if top == ErrorCode.non_empty_group:
+            raise ToolError(f"Share group '{group}' is not empty.")
+        if top:
+            raise KafkaApiError(top, resp.error_message, f"Resetting the offsets of share group '{group}' failed: ")
+        errors = [f"{t.topic_name}-{p.partition_index}: {error_message(p.error_code, p.error_message)}"
+                  for t in resp.responses for p in t.partitions if code_of(p.error_code)]
+        if errors:
+            raise ToolError(f"Resetting the offsets of share group '{group}' failed for " + "; ".join(errors))
