@@ -41,12 +41,16 @@ __all__ = [
     "MESSAGE_TOO_LARGE",
     "UNSUPPORTED_COMPRESSION_TYPE",
     "BatchHeader",
+    "BatchRecord",
     "BatchWalk",
     "InvalidRecordError",
     "assign_offsets",
     "batch_crc",
+    "decode_records",
+    "decompress",
     "encode_batch",
     "iter_batch_headers",
+    "iter_records",
     "parse_batches",
     "parse_produce_records",
     "read_header",
@@ -387,32 +391,52 @@ def assign_offsets(buf: bytearray, headers: Sequence[BatchHeader], base_offset: 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-def _decompress(codec: int, data: bytes) -> bytes | None:
-    """The records section of a compressed batch, or None when the codec's library is absent
-    (snappy, lz4 and zstd are optional: only ListOffsets-by-timestamp ever needs them)."""
+def _gunzip(data: bytes) -> bytes:
+    """Every member of a gzip stream (a producer may concatenate several)."""
+    out = bytearray()
+    while data:
+        d = zlib.decompressobj(47)  # 47: gzip or zlib header, detected
+        out += d.decompress(data)
+        data = d.unused_data
+        if not d.eof:
+            raise zlib.error("truncated gzip stream")
+    return bytes(out)
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    """The records section of a batch compressed with `codec` (NONE returns `data`). Raises
+    ImportError when the codec's library is absent (snappy, lz4 and zstd are optional)."""
+    if codec == NONE:
+        return data
     if codec == GZIP:
-        return zlib.decompress(data, 47)  # 47: gzip or zlib header, detected
+        return _gunzip(data)
+    if codec == SNAPPY:
+        import snappy  # type: ignore[import-not-found]
+        if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: 16-byte header, sized blocks
+            out = bytearray()
+            pos = 16
+            while pos + 4 <= len(data):
+                n = _I32.unpack_from(data, pos)[0]
+                out += snappy.uncompress(data[pos + 4:pos + 4 + n])
+                pos += 4 + n
+            return bytes(out)
+        return snappy.uncompress(data)
+    if codec == LZ4:
+        import lz4.frame  # type: ignore[import-not-found]
+        return lz4.frame.decompress(data)
+    if codec == ZSTD:
+        import zstandard  # type: ignore[import-not-found]
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    raise InvalidRecordError(CORRUPT_MESSAGE, f"unknown compression type id {codec}")
+
+
+def _decompress(codec: int, data: bytes) -> bytes | None:
+    """`decompress`, or None when the codec's library is absent (only ListOffsets-by-timestamp and
+    internal-topic replay ever need it)."""
     try:
-        if codec == SNAPPY:
-            import snappy  # type: ignore[import-not-found]
-            if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: 16-byte header, sized blocks
-                out = bytearray()
-                pos = 16
-                while pos + 4 <= len(data):
-                    n = _I32.unpack_from(data, pos)[0]
-                    out += snappy.uncompress(data[pos + 4:pos + 4 + n])
-                    pos += 4 + n
-                return bytes(out)
-            return snappy.uncompress(data)
-        if codec == LZ4:
-            import lz4.frame  # type: ignore[import-not-found]
-            return lz4.frame.decompress(data)
-        if codec == ZSTD:
-            import zstandard  # type: ignore[import-not-found]
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        return decompress(codec, data)
     except ImportError:
         return None
-    raise InvalidRecordError(CORRUPT_MESSAGE, f"unknown compression type id {codec}")
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -534,30 +558,60 @@ def encode_batch(records: Sequence[RecordSpec], *, timestamp_ms: int, base_offse
     return buf
 
 
-def iter_records(batch: bytes | bytearray | memoryview) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record of one whole batch, decompressing if needed. For
-    replaying internal topics at start-up; never on the produce or fetch path."""
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    offset: int
+    timestamp: int  # the batch max timestamp under LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[bytes, bytes | None]]
+
+
+def _nullable_slice(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _varint(buf, pos)
+    if n < 0:
+        return None, pos
+    return buf[pos:pos + n], pos + n
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> list[BatchRecord]:
+    """Every record of one whole batch, decompressing if needed (ImportError when the codec's
+    library is absent). Per-record work: for the tools and for replaying internal topics, never on
+    the produce or fetch path."""
     h = read_header(batch, 0)
-    body: bytes | None = bytes(memoryview(batch)[BATCH_HEADER_SIZE:h.size])
+    body = bytes(memoryview(batch)[BATCH_HEADER_SIZE:h.size])
     if h.compression:
-        body = _decompress(h.compression, body)
-        if body is None:
-            raise InvalidRecordError(CORRUPT_MESSAGE, f"no library for compression type {h.compression}")
-    out: list[tuple[int, bytes | None, bytes | None]] = []
+        body = decompress(h.compression, body)
+    out: list[BatchRecord] = []
     pos = 0
     try:
         for _ in range(h.record_count):
             length, pos = _varint(body, pos)
             end = pos + length
-            _ts, p = _varint(body, pos + 1)  # skip the attributes byte
+            ts_delta, p = _varint(body, pos + 1)  # skip the attributes byte
             off_delta, p = _varint(body, p)
-            klen, p = _varint(body, p)
-            key = None if klen < 0 else body[p:p + klen]
-            p += max(klen, 0)
-            vlen, p = _varint(body, p)
-            value = None if vlen < 0 else body[p:p + vlen]
-            out.append((h.base_offset + off_delta, key, value))
+            key, p = _nullable_slice(body, p)
+            value, p = _nullable_slice(body, p)
+            n_headers, p = _varint(body, p)
+            headers = []
+            for _h in range(n_headers):
+                hk, p = _nullable_slice(body, p)
+                hv, p = _nullable_slice(body, p)
+                headers.append((hk or b"", hv))
+            ts = h.max_timestamp if h.timestamp_type == 1 else h.base_timestamp + ts_delta
+            out.append(BatchRecord(h.base_offset + off_delta, ts, key, value, headers))
             pos = end
     except IndexError:
         raise InvalidRecordError(CORRUPT_MESSAGE, "records end before the batch's record count") from None
     return out
+
+
+def iter_records(batch: bytes | bytearray | memoryview) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record of one whole batch, decompressing if needed. For
+    replaying internal topics at start-up; never on the produce or fetch path."""
+    try:
+        records = decode_records(batch)
+    except ImportError:
+        raise InvalidRecordError(CORRUPT_MESSAGE,
+                                 f"no library for compression type {read_header(batch, 0).compression}") from None
+    return [(r.offset, r.key, r.value) for r in records]

@@ -14,12 +14,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from protocol.primitives import Reader, Writer
+
 OFFSET_COMMIT_KEYS = (0, 1)
 OFFSET_COMMIT, GROUP_METADATA = 1, 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
-
-_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,113 +54,28 @@ class GroupSnapshot:
     members: tuple[MemberSnapshot, ...] = field(default_factory=tuple)
 
 
-# -- primitive writers/readers -------------------------------------------------------------------
-
-
-class _Out:
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i16(self, v: int) -> None:
-        self.buf += _I16.pack(v)
-
-    def i32(self, v: int) -> None:
-        self.buf += _I32.pack(v)
-
-    def i64(self, v: int) -> None:
-        self.buf += _I64.pack(v)
-
-    def string(self, s: str | None) -> None:
-        if s is None:
-            self.i16(-1)
-            return
-        b = s.encode()
-        self.i16(len(b))
-        self.buf += b
-
-    def bytes_(self, b: bytes | None) -> None:
-        if b is None:
-            self.i32(-1)
-            return
-        self.i32(len(b))
-        self.buf += b
-
-
-class _In:
-    def __init__(self, data: bytes, pos: int = 0) -> None:
-        self.data = bytes(data)
-        self.pos = pos
-
-    def _take(self, s: struct.Struct) -> int:
-        (v,) = s.unpack_from(self.data, self.pos)
-        self.pos += s.size
-        return v
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-            shift += 7
-
-    def _raw(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError("truncated record")
-        out = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return out
-
-    def string(self, flexible: bool = False) -> str | None:
-        n = self.uvarint() - 1 if flexible else self.i16()
-        return None if n < 0 else self._raw(n).decode()
-
-    def bytes_(self, flexible: bool = False) -> bytes | None:
-        n = self.uvarint() - 1 if flexible else self.i32()
-        return None if n < 0 else self._raw(n)
-
-    def array_len(self, flexible: bool = False) -> int:
-        return self.uvarint() - 1 if flexible else self.i32()
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self._raw(self.uvarint())
-
-
 # -- keys ----------------------------------------------------------------------------------------
 
 
 def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
-    out = _Out()
+    out = Writer()
     out.i16(OFFSET_COMMIT)
     out.string(group_id)
     out.string(topic)
     out.i32(partition)
-    return bytes(out.buf)
+    return bytes(out.out)
 
 
 def group_metadata_key(group_id: str) -> bytes:
-    out = _Out()
+    out = Writer()
     out.i16(GROUP_METADATA)
     out.string(group_id)
-    return bytes(out.buf)
+    return bytes(out.out)
 
 
 def decode_key(key: bytes) -> tuple[int, str, str | None, int | None]:
     """(record type, group, topic, partition); topic and partition only for offset commits."""
-    r = _In(key)
+    r = Reader(key)
     version = r.i16()
     group = r.string() or ""
     if version in OFFSET_COMMIT_KEYS:
@@ -175,17 +90,17 @@ def decode_key(key: bytes) -> tuple[int, str, str | None, int | None]:
 
 
 def offset_commit_value(c: CommittedOffset) -> bytes:
-    out = _Out()
+    out = Writer()
     out.i16(OFFSET_VALUE_VERSION)
     out.i64(c.offset)
     out.i32(c.leader_epoch)
     out.string(c.metadata)
     out.i64(c.commit_timestamp_ms)
-    return bytes(out.buf)
+    return bytes(out.out)
 
 
 def decode_offset_commit_value(value: bytes) -> CommittedOffset:
-    r = _In(value)
+    r = Reader(value)
     version = r.i16()
     flexible = version >= 4
     offset = r.i64()
@@ -199,7 +114,7 @@ def decode_offset_commit_value(value: bytes) -> CommittedOffset:
 
 
 def group_metadata_value(s: GroupSnapshot) -> bytes:
-    out = _Out()
+    out = Writer()
     out.i16(GROUP_VALUE_VERSION)
     out.string(s.protocol_type)
     out.i32(s.generation)
@@ -216,11 +131,11 @@ def group_metadata_value(s: GroupSnapshot) -> bytes:
         out.i32(m.session_timeout_ms)
         out.bytes_(m.subscription)
         out.bytes_(m.assignment)
-    return bytes(out.buf)
+    return bytes(out.out)
 
 
 def decode_group_metadata_value(value: bytes) -> GroupSnapshot:
-    r = _In(value)
+    r = Reader(value)
     version = r.i16()
     flex = version >= 4
     protocol_type = r.string(flex) or ""
@@ -251,7 +166,7 @@ def consumer_subscription_topics(metadata: bytes) -> list[str] | None:
     """Topics of a ConsumerProtocolSubscription (the v0 prefix every version starts with), or
     None if the bytes do not parse."""
     try:
-        r = _In(metadata)
+        r = Reader(metadata)
         r.i16()  # version
         n = r.i32()
         if n < 0 or n > len(metadata):

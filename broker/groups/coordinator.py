@@ -14,7 +14,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.flusher import now_ms
 from broker.groups import records as grec
-from broker.groups.share_group import HeartbeatError, ShareGroup, ShareMember, TopicInfo, validate_heartbeat
+from broker.groups.share_group import (
+    HeartbeatError,
+    ShareGroup,
+    ShareMember,
+    TopicInfo,
+    validate_heartbeat,
+)
 from broker.share.partition import ShareLimits
 from broker.share_state.store import PersisterError
 from broker.structured_log import get_logger

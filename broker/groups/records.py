@@ -6,129 +6,24 @@ tombstone."""
 
 from __future__ import annotations
 
-import struct
 import uuid
 from typing import Any
 
+from protocol.primitives import Reader, Writer
+
 MEMBER_METADATA, GROUP_METADATA, MEMBER_ASSIGNMENT, STATE_PARTITIONS = 10, 11, 14, 15
-_I16 = struct.Struct(">h")
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.out = bytearray()
-
-    def i8(self, v: int) -> None:
-        self.out += struct.pack(">b", v)
-
-    def i16(self, v: int) -> None:
-        self.out += _I16.pack(v)
-
-    def i32(self, v: int) -> None:
-        self.out += struct.pack(">i", v)
-
-    def i64(self, v: int) -> None:
-        self.out += struct.pack(">q", v)
-
-    def uvarint(self, n: int) -> None:
-        while n >= 0x80:
-            self.out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        self.out.append(n)
-
-    def legacy_str(self, s: str) -> None:
-        b = s.encode()
-        self.i16(len(b))
-        self.out += b
-
-    def compact_str(self, s: str | None) -> None:
-        if s is None:
-            self.uvarint(0)
-            return
-        b = s.encode()
-        self.uvarint(len(b) + 1)
-        self.out += b
-
-    def compact_len(self, n: int) -> None:
-        self.uvarint(n + 1)
-
-    def uuid(self, u: uuid.UUID) -> None:
-        self.out += u.bytes
-
-    def no_tags(self) -> None:
-        self.out.append(0)
-
-
-class _Reader:
-    def __init__(self, data: bytes, pos: int = 0) -> None:
-        self.data = data
-        self.pos = pos
-
-    def _unpack(self, fmt: str, size: int) -> int:
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
-        return v
-
-    def i8(self) -> int:
-        return self._unpack(">b", 1)
-
-    def i16(self) -> int:
-        return self._unpack(">h", 2)
-
-    def i32(self) -> int:
-        return self._unpack(">i", 4)
-
-    def i64(self) -> int:
-        return self._unpack(">q", 8)
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-            shift += 7
-
-    def legacy_str(self) -> str:
-        n = self.i16()
-        s = bytes(self.data[self.pos:self.pos + n]).decode()
-        self.pos += n
-        return s
-
-    def compact_str(self) -> str | None:
-        n = self.uvarint()
-        if n == 0:
-            return None
-        s = bytes(self.data[self.pos:self.pos + n - 1]).decode()
-        self.pos += n - 1
-        return s
-
-    def compact_len(self) -> int:
-        return self.uvarint() - 1
-
-    def uuid(self) -> uuid.UUID:
-        u = uuid.UUID(bytes=bytes(self.data[self.pos:self.pos + 16]))
-        self.pos += 16
-        return u
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
 
 
 def _key(record_type: int, *strings: str) -> bytes:
-    w = _Writer()
+    w = Writer()
     w.i16(record_type)
     for s in strings:
-        w.legacy_str(s)
+        w.string(s)
     return bytes(w.out)
 
 
 def group_metadata(group_id: str, epoch: int, metadata_hash: int = 0) -> tuple[bytes, bytes]:
-    w = _Writer()
+    w = Writer()
     w.i16(0)
     w.i32(epoch)
     w.i64(metadata_hash)
@@ -137,7 +32,7 @@ def group_metadata(group_id: str, epoch: int, metadata_hash: int = 0) -> tuple[b
 
 
 def member_metadata(group_id: str, m: Any) -> tuple[bytes, bytes]:
-    w = _Writer()
+    w = Writer()
     w.i16(0)
     w.compact_str(m.rack_id)
     w.compact_str(m.client_id)
@@ -150,7 +45,7 @@ def member_metadata(group_id: str, m: Any) -> tuple[bytes, bytes]:
 
 
 def member_assignment(group_id: str, m: Any) -> tuple[bytes, bytes]:
-    w = _Writer()
+    w = Writer()
     w.i16(0)
     w.i32(m.epoch)
     w.i32(m.previous_epoch)
@@ -167,7 +62,7 @@ def member_assignment(group_id: str, m: Any) -> tuple[bytes, bytes]:
 
 
 def state_partitions(group_id: str, initialized: dict[uuid.UUID, set[int]], names: dict[uuid.UUID, str]) -> tuple[bytes, bytes]:
-    w = _Writer()
+    w = Writer()
     w.i16(0)
     w.compact_len(0)  # InitializingTopics: initialization completes before the record is written
     w.compact_len(len(initialized))
@@ -193,14 +88,14 @@ def group_tombstones(group_id: str) -> list[tuple[bytes, None]]:
 
 def decode(key: bytes, value: bytes | None) -> tuple[int, list[str], dict[str, Any] | None]:
     """(record type, key strings, value fields or None for a tombstone); unknown types give {}."""
-    r = _Reader(key)
+    r = Reader(key)
     record_type = r.i16()
-    strings = [r.legacy_str()]
+    strings = [r.string() or ""]
     if record_type in (MEMBER_METADATA, MEMBER_ASSIGNMENT):
-        strings.append(r.legacy_str())
+        strings.append(r.string() or "")
     if value is None:
         return record_type, strings, None
-    v = _Reader(value, 2)
+    v = Reader(value, 2)
     if record_type == GROUP_METADATA:
         return record_type, strings, {"epoch": v.i32(), "metadata_hash": v.i64()}
     if record_type == MEMBER_METADATA:

@@ -10,10 +10,9 @@ import uuid
 from dataclasses import dataclass
 
 from broker.share_state.store import StateBatch
+from protocol.primitives import Reader, Writer
 
 SNAPSHOT, UPDATE = 0, 1
-_I16 = struct.Struct(">h")
-_BATCH = struct.Struct(">qqbh")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,117 +36,94 @@ class UpdateValue:
     batches: list[StateBatch]
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
 def encode_key(record_type: int, group_id: str, topic_id: uuid.UUID, partition: int) -> bytes:
-    g = group_id.encode()
-    return _I16.pack(record_type) + _I16.pack(len(g)) + g + topic_id.bytes + struct.pack(">i", partition)
+    w = Writer()
+    w.i16(record_type)
+    w.string(group_id)
+    w.uuid(topic_id)
+    w.i32(partition)
+    return w.getvalue()
 
 
 def decode_key(data: bytes) -> tuple[int, str, uuid.UUID, int]:
-    (record_type,) = _I16.unpack_from(data, 0)
-    (glen,) = _I16.unpack_from(data, 2)
-    group_id = data[4:4 + glen].decode()
-    p = 4 + glen
-    topic_id = uuid.UUID(bytes=bytes(data[p:p + 16]))
-    (partition,) = struct.unpack_from(">i", data, p + 16)
-    return record_type, group_id, topic_id, partition
+    r = Reader(data)
+    return r.i16(), r.string() or "", r.uuid(), r.i32()
 
 
-def _encode_batches(out: bytearray, batches: list[StateBatch]) -> None:
-    _uvarint(out, len(batches) + 1)
+def _encode_batches(w: Writer, batches: list[StateBatch]) -> None:
+    w.compact_len(len(batches))
     for b in batches:
-        out += _BATCH.pack(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-        out.append(0)  # no tagged fields in a StateBatch
+        w.i64(b.first_offset)
+        w.i64(b.last_offset)
+        w.i8(b.delivery_state)
+        w.i16(b.delivery_count)
+        w.no_tags()  # no tagged fields in a StateBatch
 
 
-def _encode_tags(out: bytearray, delivery_complete_count: int) -> None:
+def _encode_tags(w: Writer, delivery_complete_count: int) -> None:
     if delivery_complete_count == -1:
-        out.append(0)
+        w.no_tags()
         return
-    out.append(1)
-    out.append(0)  # tag 0
-    out.append(4)  # size
-    out += struct.pack(">i", delivery_complete_count)
+    w.uvarint(1)
+    w.uvarint(0)  # tag 0
+    w.uvarint(4)  # size
+    w.i32(delivery_complete_count)
 
 
 def encode_snapshot(v: SnapshotValue) -> bytes:
-    out = bytearray(_I16.pack(0))
-    out += struct.pack(">iiiq", v.snapshot_epoch, v.state_epoch, v.leader_epoch, v.start_offset)
-    out += struct.pack(">qq", v.create_timestamp, v.write_timestamp)
-    _encode_batches(out, v.batches)
-    _encode_tags(out, v.delivery_complete_count)
-    return bytes(out)
+    w = Writer()
+    w.i16(0)
+    for epoch in (v.snapshot_epoch, v.state_epoch, v.leader_epoch):
+        w.i32(epoch)
+    for n in (v.start_offset, v.create_timestamp, v.write_timestamp):
+        w.i64(n)
+    _encode_batches(w, v.batches)
+    _encode_tags(w, v.delivery_complete_count)
+    return w.getvalue()
 
 
 def encode_update(v: UpdateValue) -> bytes:
-    out = bytearray(_I16.pack(0))
-    out += struct.pack(">iiq", v.snapshot_epoch, v.leader_epoch, v.start_offset)
-    _encode_batches(out, v.batches)
-    _encode_tags(out, v.delivery_complete_count)
-    return bytes(out)
+    w = Writer()
+    w.i16(0)
+    w.i32(v.snapshot_epoch)
+    w.i32(v.leader_epoch)
+    w.i64(v.start_offset)
+    _encode_batches(w, v.batches)
+    _encode_tags(w, v.delivery_complete_count)
+    return w.getvalue()
 
 
-def _decode_batches(buf: bytes, pos: int) -> tuple[list[StateBatch], int]:
-    n, pos = _read_uvarint(buf, pos)
+def _decode_batches(r: Reader) -> list[StateBatch]:
     batches = []
-    for _ in range(n - 1):
-        first, last, state, count = _BATCH.unpack_from(buf, pos)
-        pos += _BATCH.size
-        pos = _skip_tags(buf, pos)
+    for _ in range(r.compact_len()):
+        first, last, state, count = r.i64(), r.i64(), r.i8(), r.i16()
+        r.skip_tags()
         batches.append(StateBatch(first, last, state, count))
-    return batches, pos
+    return batches
 
 
-def _skip_tags(buf: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
-    return pos
-
-
-def _read_dcc(buf: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
+def _read_dcc(r: Reader) -> int:
     dcc = -1
-    for _ in range(count):
-        tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        if tag == 0 and size == 4:
-            (dcc,) = struct.unpack_from(">i", buf, pos)
-        pos += size
+    for tag, value in r.tags():
+        if tag == 0 and len(value) == 4:
+            (dcc,) = struct.unpack(">i", value)
     return dcc
 
 
 def decode_snapshot(data: bytes) -> SnapshotValue:
-    snapshot_epoch, state_epoch, leader_epoch, start_offset = struct.unpack_from(">iiiq", data, 2)
-    create_ts, write_ts = struct.unpack_from(">qq", data, 22)
-    batches, pos = _decode_batches(data, 38)
-    return SnapshotValue(snapshot_epoch, state_epoch, leader_epoch, start_offset, _read_dcc(data, pos),
+    r = Reader(data, 2)
+    snapshot_epoch, state_epoch, leader_epoch = r.i32(), r.i32(), r.i32()
+    start_offset, create_ts, write_ts = r.i64(), r.i64(), r.i64()
+    batches = _decode_batches(r)
+    return SnapshotValue(snapshot_epoch, state_epoch, leader_epoch, start_offset, _read_dcc(r),
                          create_ts, write_ts, batches)
 
 
 def decode_update(data: bytes) -> UpdateValue:
-    snapshot_epoch, leader_epoch, start_offset = struct.unpack_from(">iiq", data, 2)
-    batches, pos = _decode_batches(data, 18)
-    return UpdateValue(snapshot_epoch, leader_epoch, start_offset, _read_dcc(data, pos), batches)
+    r = Reader(data, 2)
+    snapshot_epoch, leader_epoch, start_offset = r.i32(), r.i32(), r.i64()
+    batches = _decode_batches(r)
+    return UpdateValue(snapshot_epoch, leader_epoch, start_offset, _read_dcc(r), batches)
 
 
 def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, num_partitions: int) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker.tools.wire import Client, ToolError
+from broker.tools.wire import Client, ToolError, code_of
 
 DEFAULT_TIMEOUT_MS = 30000
 MISSING = "-"
@@ -143,3 +143,85 @@ def split_csv(values: Sequence[str] | None) -> list[str]:
     for v in values or ():
         out.extend(x.strip() for x in v.split(",") if x.strip())
     return out
+
+
+# -- pieces shared by the group tools (consumer-groups, share-groups) ------------------------------
+
+
+def has_option(args: argparse.Namespace, name: str) -> bool:
+    v = getattr(args, name)
+    return v is not None and v is not False and v != []
+
+
+def check_describe_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if sum(1 for o in ("members", "offsets") if has_option(args, o)) + (args.state is not None) > 1:
+        usage_error(p, "Option [describe] takes at most one of these options: [members], [offsets], [state]")
+    if args.state:
+        usage_error(p, "Option [describe] does not take a value for [state]")
+
+
+def check_action_options(p: argparse.ArgumentParser, args: argparse.Namespace, action: str) -> None:
+    """The describe/list-only options used with another action."""
+    if action != "describe":
+        for opt in ("members", "offsets", "verbose"):
+            if has_option(args, opt):
+                usage_error(p, f"Option [{opt}] can only be used with [describe]")
+    if args.state is not None and action not in ("describe", "list"):
+        usage_error(p, "Option [state] can only be used with [describe] or [list]")
+    if action == "list" and (args.group or args.all_groups):
+        usage_error(p, "Option [group] and [all-groups] cannot be used with [list]")
+
+
+def states_from_string(text: str, valid_states: Sequence[str]) -> list[str]:
+    out = []
+    for s in text.split(","):
+        match = [v for v in valid_states if v.lower() == s.strip().lower()]
+        if not match:
+            raise ToolError(f"Invalid state list '{text}'. Valid states are: {', '.join(valid_states)}")
+        out.append(match[0])
+    return out
+
+
+def print_group_list(list_groups: Callable[..., list[tuple[str, str]]], state: str | None,
+                     valid_states: Sequence[str]) -> int:
+    """--list: group ids, or with --state a GROUP/STATE table (optionally filtered)."""
+    if state is not None:
+        states = states_from_string(state, valid_states) if state else []
+        groups = list_groups(states)
+        gw = width([g for g, _ in groups])
+        print(f"{'GROUP'.ljust(gw)} STATE")
+        for g, group_state in groups:
+            print(f"{g.ljust(gw)} {group_state}")
+    else:
+        for g, _ in list_groups():
+            print(g)
+    return 0
+
+
+def delete_groups(client: Client, groups: list[str], failed: dict[str, str],
+                  exception_text: Callable[[int, str | None], str]) -> list[str]:
+    """DeleteGroups, one group at a time; failures go into `failed`, the deleted groups are returned."""
+    succeeded = []
+    for group in groups:
+        _node, conn = client.coordinator_conn(group)
+        resp = conn.request(42, {"groups_names": [group]})
+        (r,) = resp.results
+        code = code_of(r.error_code)
+        if code:
+            failed[group] = exception_text(code, getattr(r, "error_message", None))
+        else:
+            succeeded.append(group)
+    return succeeded
+
+
+def print_delete_result(kind: str, succeeded: list[str], failed: dict[str, str]) -> int:
+    """Kafka's summary of a group deletion; `kind` is "consumer" or "share"."""
+    if not failed:
+        print(f"Deletion of requested {kind} groups (" + ", ".join(f"'{g}'" for g in succeeded) + ") was successful.")
+        return 0
+    print(f"\nError: Deletion of some {kind} groups failed:", file=sys.stderr)
+    for group, text in failed.items():
+        print(f"* Group '{group}' could not be deleted due to: {text}", file=sys.stderr)
+    if succeeded:
+        print(f"\nThese {kind} groups were deleted successfully: " + ", ".join(f"'{g}'" for g in succeeded))
+    return 1

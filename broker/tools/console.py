@@ -342,10 +342,8 @@ def consume(args: argparse.Namespace) -> int:
                 formatter.write(r, out)
                 consumed[(r.topic, r.partition)] = r.offset + 1
                 count += 1
-            if records:
-                if args.timeout_ms >= 0:
-                    idle_deadline = time.monotonic() + args.timeout_ms / 1000.0
-            elif idle_deadline is not None and time.monotonic() >= idle_deadline:
+            idle_deadline, idle = _idle_deadline(bool(records), args.timeout_ms, idle_deadline)
+            if idle:
                 break  # --timeout-ms without a record: stop, like the Kafka tools' TimeoutException
     except KeyboardInterrupt:
         pass
@@ -445,10 +443,8 @@ def share_consume(args: argparse.Namespace) -> int:
                     raise
                 consumer.acknowledge(r, kind)
                 count += 1
-            if records:
-                if args.timeout_ms >= 0:
-                    idle_deadline = time.monotonic() + args.timeout_ms / 1000.0
-            elif idle_deadline is not None and time.monotonic() >= idle_deadline:
+            idle_deadline, idle = _idle_deadline(bool(records), args.timeout_ms, idle_deadline)
+            if idle:
                 break  # --timeout-ms without a record: stop, like the Kafka tools' TimeoutException
     except KeyboardInterrupt:
         pass
@@ -462,3 +458,10 @@ def share_consume(args: argparse.Namespace) -> int:
 
 
 __all__ = ["KafkaApiError", "add_parsers", "murmur2"]
+
+
+def _idle_deadline(got_records: bool, timeout_ms: int, deadline: float | None) -> tuple[float | None, bool]:
+    """The --timeout-ms deadline after a fetch, and whether it passed without a record."""
+    if got_records:
+        return (time.monotonic() + timeout_ms / 1000.0 if timeout_ms >= 0 else deadline), False
+    return deadline, deadline is not None and time.monotonic() >= deadline

@@ -13,7 +13,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.tools.common import (
     add_connection_options,
+    check_action_options,
+    check_describe_options,
     client_from_args,
+    delete_groups,
+    has_option,
+    print_delete_result,
+    print_group_list,
     run_tool,
     table,
     usage_error,
@@ -22,11 +28,13 @@ from broker.tools.common import (
 from broker.tools.consumers import commit_offsets, decode_assignment, fetch_committed
 from broker.tools.offsets_common import (
     add_reset_options,
+    check_reset_scope,
     chosen_scenarios,
     compute_offsets,
-    parse_topic_args,
+    is_dry_run,
     print_reset_table,
-    read_reset_file,
+    reset_partitions,
+    reset_topics,
 )
 from broker.tools.share_groups import exception_text
 from broker.tools.wire import (
@@ -65,23 +73,15 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def _has(args: argparse.Namespace, name: str) -> bool:
-    v = getattr(args, name)
-    return v is not None and v is not False and v != []
-
-
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    actions = [a for a in ACTIONS if _has(args, a)]
+    actions = [a for a in ACTIONS if has_option(args, a)]
     if len(actions) != 1:
         usage_error(p, "Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
     action = actions[0]
     if action == "describe":
         if not args.group and not args.all_groups:
             usage_error(p, "Option [describe] takes one of these options: [all-groups], [group]")
-        if sum(1 for o in ("members", "offsets") if _has(args, o)) + (args.state is not None) > 1:
-            usage_error(p, "Option [describe] takes at most one of these options: [members], [offsets], [state]")
-        if args.state:
-            usage_error(p, "Option [describe] does not take a value for [state]")
+        check_describe_options(p, args)
     if action == "delete":
         if not args.group and not args.all_groups:
             usage_error(p, "Option [delete] takes one of these options: [all-groups], [group]")
@@ -92,10 +92,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
             usage_error(p, "Option [reset-offsets] only accepts one of [execute] and [dry-run]")
         if not args.group and not args.all_groups:
             usage_error(p, "Option [reset-offsets] takes one of these options: [all-groups], [group]")
-        if sum(1 for s in (bool(args.topic), args.all_topics, bool(args.from_file)) if s) == 0:
-            usage_error(p, "Option [reset-offsets] takes one of these options: [topic], [all-topics], [from-file]")
-        if args.topic and args.all_topics:
-            usage_error(p, "Option [reset-offsets] takes either [topic] or [all-topics], not both.")
+        check_reset_scope(p, args)
         if len(chosen_scenarios(args)) != 1:
             usage_error(p, "Option [reset-offsets] requires exactly one of these scenarios: [to-offset], "
                            "[to-earliest], [to-latest], [to-current], [to-datetime], [by-duration], [shift-by], "
@@ -103,18 +100,11 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     else:
         for opt in ("dry_run", "execute", "export", "all_topics", "to_offset", "to_earliest", "to_latest",
                     "to_current", "to_datetime", "by_duration", "from_file", "shift_by"):
-            if _has(args, opt):
+            if has_option(args, opt):
                 usage_error(p, f"Option [{opt.replace('_', '-')}] can only be used with [reset-offsets]")
         if args.topic:
             usage_error(p, "Option [topic] can only be used with [reset-offsets]")
-    if action != "describe":
-        for opt in ("members", "offsets", "verbose"):
-            if _has(args, opt):
-                usage_error(p, f"Option [{opt}] can only be used with [describe]")
-    if args.state is not None and action not in ("describe", "list"):
-        usage_error(p, "Option [state] can only be used with [describe] or [list]")
-    if action == "list" and (args.group or args.all_groups):
-        usage_error(p, "Option [group] and [all-groups] cannot be used with [list]")
+    check_action_options(p, args, action)
     return action
 
 
@@ -133,16 +123,6 @@ def _run(action: str, args: argparse.Namespace) -> int:
         if action == "delete":
             return svc.delete_groups()
         return svc.reset_offsets()
-
-
-def states_from_string(text: str) -> list[str]:
-    out = []
-    for s in text.split(","):
-        match = [v for v in VALID_STATES if v.lower() == s.strip().lower()]
-        if not match:
-            raise ToolError(f"Invalid state list '{text}'. Valid states are: {', '.join(VALID_STATES)}")
-        out.append(match[0])
-    return out
 
 
 @dataclass
@@ -212,17 +192,7 @@ class ConsumerGroupService:
 
     # -- --list
     def list_groups(self) -> int:
-        if self.args.state is not None:
-            states = states_from_string(self.args.state) if self.args.state else []
-            groups = self.list_consumer_groups(states)
-            gw = width([g for g, _ in groups])
-            print(f"{'GROUP'.ljust(gw)} STATE")
-            for g, state in groups:
-                print(f"{g.ljust(gw)} {state}")
-        else:
-            for g, _ in self.list_consumer_groups():
-                print(g)
-        return 0
+        return print_group_list(self.list_consumer_groups, self.args.state, VALID_STATES)
 
     # -- --describe
     def describe_groups(self) -> int:
@@ -323,35 +293,14 @@ class ConsumerGroupService:
     def delete_groups(self) -> int:
         groups = self._group_ids()
         failed: dict[str, str] = {}
-        succeeded = []
-        for group in groups:
-            _node, conn = self.client.coordinator_conn(group)
-            resp = conn.request(42, {"groups_names": [group]})
-            (r,) = resp.results
-            code = code_of(r.error_code)
-            if code:
-                failed[group] = exception_text(code, getattr(r, "error_message", None))
-            else:
-                succeeded.append(group)
-        if not failed:
-            names = ", ".join(f"'{g}'" for g in succeeded)
-            print(f"Deletion of requested consumer groups ({names}) was successful.")
-            return 0
-        print("\nError: Deletion of some consumer groups failed:", file=sys.stderr)
-        for group, text in failed.items():
-            print(f"* Group '{group}' could not be deleted due to: {text}", file=sys.stderr)
-        if succeeded:
-            print("\nThese consumer groups were deleted successfully: " + ", ".join(f"'{g}'" for g in succeeded))
-        return 1
+        succeeded = delete_groups(self.client, groups, failed, exception_text)
+        return print_delete_result("consumer", succeeded, failed)
 
     # -- --reset-offsets
     def reset_offsets(self) -> int:
         args = self.args
         groups = self._group_ids()
-        dry_run = args.dry_run or not args.execute
-        if not args.execute and not args.dry_run:
-            print("WARN: No action will be performed as the --execute option is missing. Add --execute to apply "
-                  "the new offsets, or --dry-run to keep this behaviour explicitly.", file=sys.stderr)
+        dry_run = is_dry_run(args)
         failed = False
         for group in groups:
             desc = self.describe(group)
@@ -361,16 +310,8 @@ class ConsumerGroupService:
                 failed = True
                 continue
             current = fetch_committed(self.client, group, None) if desc is not None else {}
-            names = {t.split(":")[0] for t in args.topic} | ({t for t, _ in current} if args.all_topics else set())
-            if args.from_file:
-                names |= {t for t, _p in read_reset_file(args.from_file, group)}
-            topics = self.client.metadata(sorted(names)) if names else {}
-            if args.all_topics:
-                partitions = sorted(current)
-            elif args.topic:
-                partitions = parse_topic_args(self.client, args.topic, topics)
-            else:
-                partitions = []
+            topics = reset_topics(self.client, args, group, {t for t, _ in current} if args.all_topics else set())
+            partitions = reset_partitions(self.client, args, topics, lambda: current)
             offsets = compute_offsets(self.client, args, group, partitions, topics, current)
             if not dry_run and offsets:
                 errors = commit_offsets(self.client, group, offsets)

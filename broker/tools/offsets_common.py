@@ -8,9 +8,10 @@ import datetime
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from broker.tools.common import table, width
+from broker.tools.common import table, usage_error, width
 from broker.tools.wire import Client, KafkaApiError, ToolError, TopicInfo, error_message
 
 SCENARIOS = ("to_offset", "to_earliest", "to_latest", "to_current", "to_datetime", "by_duration", "from_file",
@@ -249,12 +250,49 @@ def print_reset_table(group: str, offsets: dict[TP, int], export: bool) -> None:
                            [[group, t, p, o] for (t, p), o in rows], [gw, tw, 10, None]))
 
 
+
+def check_reset_scope(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if sum(1 for s in (bool(args.topic), args.all_topics, bool(args.from_file)) if s) == 0:
+        usage_error(p, "Option [reset-offsets] takes one of these options: [topic], [all-topics], [from-file]")
+    if args.topic and args.all_topics:
+        usage_error(p, "Option [reset-offsets] takes either [topic] or [all-topics], not both.")
+
+
+def is_dry_run(args: argparse.Namespace) -> bool:
+    """--dry-run is the default; without either option say so on stderr."""
+    if not args.execute and not args.dry_run:
+        print("WARN: No action will be performed as the --execute option is missing. Add --execute to apply "
+              "the new offsets, or --dry-run to keep this behaviour explicitly.", file=sys.stderr)
+    return args.dry_run or not args.execute
+
+
+def reset_topics(client: Client, args: argparse.Namespace, group: str, names: set[str]) -> dict[str, TopicInfo]:
+    """Metadata of the topics a reset touches: --topic, --from-file and `names`."""
+    names = {t.split(":")[0] for t in args.topic} | names
+    if args.from_file:
+        names |= {t for t, _p in read_reset_file(args.from_file, group)}
+    return client.metadata(sorted(names)) if names else {}
+
+
+def reset_partitions(client: Client, args: argparse.Namespace, topics: dict[str, TopicInfo],
+                     all_partitions: Callable[[], Iterable[TP]]) -> list[TP]:
+    """The partitions --all-topics (`all_partitions`) or --topic name; none for --from-file."""
+    if args.all_topics:
+        return sorted(all_partitions())
+    if args.topic:
+        return parse_topic_args(client, args.topic, topics)
+    return []
+
 __all__ = [
     "add_reset_options",
     "check_partitions_exist",
+    "check_reset_scope",
     "chosen_scenarios",
     "compute_offsets",
     "error_message",
+    "is_dry_run",
     "parse_topic_args",
     "print_reset_table",
+    "reset_partitions",
+    "reset_topics",
 ]

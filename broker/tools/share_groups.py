@@ -16,19 +16,28 @@ from kio.schema.errors import ErrorCode
 
 from broker.tools.common import (
     add_connection_options,
+    check_action_options,
+    check_describe_options,
     client_from_args,
+    delete_groups,
+    has_option,
+    print_delete_result,
+    print_group_list,
     run_tool,
+    states_from_string,
     table,
     usage_error,
     width,
 )
 from broker.tools.offsets_common import (
     add_reset_options,
+    check_reset_scope,
     chosen_scenarios,
     compute_offsets,
-    parse_topic_args,
+    is_dry_run,
     print_reset_table,
-    read_reset_file,
+    reset_partitions,
+    reset_topics,
 )
 from broker.tools.wire import (
     Client,
@@ -87,13 +96,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def _has(args: argparse.Namespace, name: str) -> bool:
-    v = getattr(args, name)
-    return v is not None and v is not False and v != []
-
-
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    actions = [a for a in ACTIONS if _has(args, a)]
+    actions = [a for a in ACTIONS if has_option(args, a)]
     if len(actions) != 1:
         usage_error(p, "Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
                        "--delete-offsets.")
@@ -102,10 +106,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     if action == "describe":
         if not groups and not all_groups:
             usage_error(p, "Option [describe] takes one of these options: [group], [all-groups]")
-        if sum(1 for o in ("members", "offsets") if _has(args, o)) + (args.state is not None) > 1:
-            usage_error(p, "Option [describe] takes at most one of these options: [members], [offsets], [state]")
-        if args.state:
-            usage_error(p, "Option [describe] does not take a value for [state]")
+        check_describe_options(p, args)
     if action == "delete":
         if not groups and not all_groups:
             usage_error(p, "Option [delete] takes the options [group] or [all-groups]")
@@ -125,27 +126,16 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
             usage_error(p, "Option [reset-offsets] takes the option: [group]")
         if len(groups) > 1 or all_groups:
             usage_error(p, "Option [reset-offsets] supports one share group at a time")
-        scopes = sum(1 for s in (bool(topics), args.all_topics, bool(args.from_file)) if s)
-        if scopes == 0:
-            usage_error(p, "Option [reset-offsets] takes one of these options: [topic], [all-topics], [from-file]")
-        if topics and args.all_topics:
-            usage_error(p, "Option [reset-offsets] takes either [topic] or [all-topics], not both.")
+        check_reset_scope(p, args)
         scenarios = [s for s in chosen_scenarios(args) if s in SHARE_SCENARIOS]
         if len(scenarios) != 1:
             usage_error(p, "Option [reset-offsets] requires exactly one of these scenarios: [to-offset], "
                            "[to-earliest], [to-latest], [to-current], [to-datetime], [by-duration], [from-file]")
     else:
         for opt in ("dry_run", "execute", "export", "all_topics", *SHARE_SCENARIOS):
-            if _has(args, opt):
+            if has_option(args, opt):
                 usage_error(p, f"Option [{opt.replace('_', '-')}] can only be used with [reset-offsets]")
-    if action != "describe":
-        for opt in ("members", "offsets", "verbose"):
-            if _has(args, opt):
-                usage_error(p, f"Option [{opt}] can only be used with [describe]")
-    if args.state is not None and action not in ("describe", "list"):
-        usage_error(p, "Option [state] can only be used with [describe] or [list]")
-    if action == "list" and (groups or all_groups):
-        usage_error(p, "Option [group] and [all-groups] cannot be used with [list]")
+    check_action_options(p, args, action)
     if topics and action not in ("delete_offsets", "reset_offsets"):
         usage_error(p, "Option [topic] can only be used with [delete-offsets] or [reset-offsets]")
     return action
@@ -155,7 +145,7 @@ def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     action = check_args(p, args)
     if action == "list" and args.state:
         try:
-            states_from_string(args.state)
+            states_from_string(args.state, VALID_STATES)
         except ToolError as exc:
             print(exc.message, file=sys.stderr)
             return 1
@@ -174,16 +164,6 @@ def _run(action: str, args: argparse.Namespace) -> int:
         if action == "reset_offsets":
             return svc.reset_offsets()
         return svc.delete_offsets()
-
-
-def states_from_string(text: str) -> list[str]:
-    out = []
-    for s in text.split(","):
-        match = [v for v in VALID_STATES if v.lower() == s.strip().lower()]
-        if not match:
-            raise ToolError(f"Invalid state list '{text}'. Valid states are: {', '.join(VALID_STATES)}")
-        out.append(match[0])
-    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -285,17 +265,7 @@ class ShareGroupService:
 
     # -- --list
     def list_groups(self) -> int:
-        if self.args.state is not None:
-            states = states_from_string(self.args.state) if self.args.state else []
-            groups = self.list_share_groups(states)
-            gw = width([g for g, _ in groups])
-            print(f"{'GROUP'.ljust(gw)} STATE")
-            for g, state in groups:
-                print(f"{g.ljust(gw)} {state}")
-        else:
-            for g, _state in self.list_share_groups():
-                print(g)
-        return 0
+        return print_group_list(self.list_share_groups, self.args.state, VALID_STATES)
 
     # -- --describe
     def _group_ids(self) -> list[str]:
@@ -408,25 +378,8 @@ class ShareGroupService:
                 failed[group] = f"GroupNotEmptyException: Share group '{group}' is not EMPTY."
             else:
                 to_delete.append(group)
-        succeeded = []
-        for group in to_delete:
-            _node, conn = self.client.coordinator_conn(group)
-            resp = conn.request(42, {"groups_names": [group]})
-            (r,) = resp.results
-            code = code_of(r.error_code)
-            if code:
-                failed[group] = exception_text(code, getattr(r, "error_message", None))
-            else:
-                succeeded.append(group)
-        if not failed:
-            print("Deletion of requested share groups (" + ", ".join(f"'{g}'" for g in succeeded) + ") was successful.")
-            return 0
-        print("\nError: Deletion of some share groups failed:", file=sys.stderr)
-        for group, text in failed.items():
-            print(f"* Group '{group}' could not be deleted due to: {text}", file=sys.stderr)
-        if succeeded:
-            print("\nThese share groups were deleted successfully: " + ", ".join(f"'{g}'" for g in succeeded))
-        return 1
+        succeeded = delete_groups(self.client, to_delete, failed, exception_text)
+        return print_delete_result("share", succeeded, failed)
 
     # -- --delete-offsets
     def delete_offsets(self) -> int:
@@ -473,28 +426,20 @@ class ShareGroupService:
             raise ToolError(f"Share group '{group}' is not empty.")
         if desc is None and code != ErrorCode.group_id_not_found:
             raise KafkaApiError(code, message, f"Cannot describe share group '{group}': ")
-        names = {t.split(":")[0] for t in args.topic}
+        names: set[str] = set()
         current: dict[tuple[str, int], int] = {}
         if args.all_topics or args.to_current:
             rows = self.share_offsets(group) if desc is not None else []
             current = {(r.topic, r.partition): r.start_offset for r in rows if r.start_offset is not None}
-            names |= {r.topic for r in rows}
-        if args.from_file:
-            names |= {t for t, _p in read_reset_file(args.from_file, group)}
-        topics = self.client.metadata(sorted(names)) if names else {}
-        if args.all_topics:
-            rows = self.share_offsets(group) if desc is not None else []
-            partitions = sorted({(r.topic, r.partition) for r in rows})
-        elif args.topic:
-            partitions = parse_topic_args(self.client, args.topic, topics)
-        else:
-            partitions = []
+            names = {r.topic for r in rows}
+        topics = reset_topics(self.client, args, group, names)
+
+        def all_partitions() -> set[tuple[str, int]]:
+            return {(r.topic, r.partition) for r in (self.share_offsets(group) if desc is not None else [])}
+
+        partitions = reset_partitions(self.client, args, topics, all_partitions)
         offsets = compute_offsets(self.client, args, group, partitions, topics, current)
-        dry_run = args.dry_run or not args.execute
-        if not args.execute and not args.dry_run:
-            print("WARN: No action will be performed as the --execute option is missing. Add --execute to apply "
-                  "the new offsets, or --dry-run to keep this behaviour explicitly.", file=sys.stderr)
-        if not dry_run and offsets:
+        if not is_dry_run(args) and offsets:
             self.alter_offsets(group, offsets)
         print_reset_table(group, offsets, args.export)
         return 0
