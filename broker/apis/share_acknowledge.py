@@ -48,8 +48,6 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                            "acquisition_lock_timeout": 0, "responses": ()})
 
     acks = merge_topics(body.topics)
-    log.debug("share acknowledge", conn=conn.id, group=group_id, member=member_id, epoch=epoch,
-              batches=sum(len(p.acknowledgement_batches) for p in acks.values()))
     by_topic: dict[Any, list[dict[str, Any]]] = {}
     for (topic_id, index), p in acks.items():
         code, message = await apply_acknowledgements(broker, group_id, member_id, topic_id, index,

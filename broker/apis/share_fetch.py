@@ -111,9 +111,6 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                            "acquisition_lock_timeout": 0, "responses": ()})
 
     requested = merge_topics(body.topics)
-    log.debug("share fetch", conn=conn.id, member=member_id, epoch=epoch, partitions=len(requested),
-              ack_batches=[(b.first_offset, b.last_offset, list(b.acknowledge_types))
-                           for p in requested.values() for b in p.acknowledgement_batches][:5])
     is_renew = bool(getattr(body, "is_renew_ack", False))
     try:
         check_ids(group_id, member_id)
