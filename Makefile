@@ -22,6 +22,7 @@ test: venv
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: venv
+	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:

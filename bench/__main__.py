@@ -1,5 +1,7 @@
-"""`make bench`: every benchmark, printing its figures. Not part of the test run."""
+"""`make bench` / `python -m bench [--quick]`: every workload against a fresh broker, with the
+librdkafka mock cluster and the raw disk as peers. Not part of the test run. See bench/run.py."""
 
-from bench import startup
+from bench.run import main
 
-startup.main()
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Table, JSON, Markdown and PNG charts of a benchmark run (bench/results/latest.*)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit in ("rec/s",):
+        return f"{v:,.0f}"
+    if unit == "ms":
+        return f"{v:,.1f}"
+    return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
+
+
+def rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per figure: name, unit, median/min/max, ratio to a peer, the issue's target."""
+    w, out = res["workloads"], []
+
+    def add(name: str, s: dict[str, Any], unit: str, ratio: str = "", target: str = "", ok: bool | None = None):
+        out.append({"figure": name, "unit": unit, "median": s["median"], "min": s["min"], "max": s["max"],
+                    "ratio": ratio, "target": target, "ok": ok})
+
+    disk = w.get("peer_disk", {}).get("mb_per_s")
+    mock = w.get("peer_mock")
+    if disk:
+        add("peer: raw sequential append (1 MiB writes, 1 fsync)", disk, "MB/s")
+    if mock:
+        for n, v in mock["by_backlog"].items():
+            add(f"peer: mock cluster share consume, {int(n):,} backlog", v["records_per_s"], "rec/s")
+            add(f"peer: mock cluster share consume, {int(n):,} backlog, incl. group join", v["records_per_s_from_start"],
+                "rec/s")
+    mock_best = mock["best"]["median"] if mock else None
+    w1 = w.get("w1_share_backlog")
+    if w1:
+        backlogs = sorted(w1["by_backlog"], key=int)
+        base = w1["by_backlog"][backlogs[0]]["records_per_s"]["median"]
+        for n in backlogs:
+            s = w1["by_backlog"][n]["records_per_s"]
+            ratio = []
+            if mock_best:
+                ratio.append(f"{s['median'] / mock_best:.2f}x mock best")
+            ratio.append(f"{s['median'] / base:.2f}x own {int(backlogs[0]):,}")
+            target, ok = "", None
+            if int(n) == 1_000_000:
+                ok = s["median"] >= 150_000 and (not mock_best or s["median"] >= mock_best) and s["median"] >= 0.8 * base
+                target = ">=150k, >=1.0x mock, >=0.8x own 10k"
+            add(f"w1 share consume, {int(n):,} backlog, 4 consumers", s, "rec/s", "; ".join(ratio), target, ok)
+            add(f"w1 share consume, {int(n):,} backlog, 4 consumers, incl. group join",
+                w1["by_backlog"][n]["records_per_s_from_start"], "rec/s")
+    w2 = w.get("w2_share_live")
+    if w2:
+        add("w2 share live 5k/s: p50 latency", w2["p50_ms"], "ms")
+        add("w2 share live 5k/s: p99 latency", w2["p99_ms"], "ms", "", "<25 ms", w2["p99_ms"]["median"] < 25)
+        add("w2 share live 5k/s: max latency", w2["max_ms"], "ms")
+    w3 = w.get("w3_produce")
+    if w3:
+        for mode in ("default", "fsync"):
+            if mode not in w3:
+                continue
+            s = w3[mode]["mb_per_s"]
+            ratio = f"{s['median'] / disk['median']:.2f}x raw disk" if disk else ""
+            target, ok = ("", None)
+            if mode == "default":
+                target = ">=150 MB/s, >=0.5x disk"
+                ok = s["median"] >= 150 and (not disk or s["median"] >= 0.5 * disk["median"])
+            add(f"w3 produce 1 KB acks=all linger 5 ms ({mode})", s, "MB/s", ratio, target, ok)
+            add(f"w3 produce 1 KB acks=all linger 5 ms ({mode})", w3[mode]["records_per_s"], "rec/s")
+    w4 = w.get("w4_classic")
+    if w4:
+        add(f"w4 classic fetch by assign, {w4['records']:,} records", w4["records_per_s"], "rec/s")
+    if w1:
+        add("w5 broker RSS idle", w1["rss_idle_mb"], "MB", "", "<80 MB", w1["rss_idle_mb"]["median"] < 80)
+        for n, s in sorted(w1["rss_after_mb"].items(), key=lambda kv: int(kv[0])):
+            big = int(n) == 1_000_000
+            add(f"w5 broker RSS after w1, {int(n):,} backlog", s, "MB", "",
+                "<200 MB" if big else "", (s["median"] < 200) if big else None)
+    w6 = w.get("w6_startup")
+    if w6:
+        add("w6 start-up, empty data dir", {k: w6["empty_s"][k] * 1000 for k in ("median", "min", "max")}, "ms",
+            "", "<500 ms", w6["empty_s"]["median"] < 0.5)
+        gb = w6["big_log_bytes"] / 1e9
+        add(f"w6 start-up, {gb:.2f} GB of log + share state", {k: w6["big_log_s"][k] * 1000 for k in ("median", "min", "max")},
+            "ms", "", "<2000 ms (at 1 GB)", (w6["big_log_s"]["median"] < 2) if gb >= 1 else None)
+    return out
+
+
+def table(rs: list[dict[str, Any]]) -> list[str]:
+    head = ["figure", "median", "min", "max", "unit", "ratio", "target"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+    for r in rs:
+        tgt = r["target"] + ("" if r["ok"] is None else (" ✅" if r["ok"] else " ❌"))
+        lines.append(f"| {r['figure']} | {_fmt(r['median'], r['unit'])} | {_fmt(r['min'], r['unit'])} | "
+                     f"{_fmt(r['max'], r['unit'])} | {r['unit']} | {r['ratio']} | {tgt.strip()} |")
+    return lines
+
+
+def charts(res: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    w = res["workloads"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plotted = False
+    for key, label, marker in (("w1_share_backlog", "sharebroker share consume (4 consumers)", "o"),
+                               ("peer_mock", "librdkafka mock cluster share consume (4 consumers)", "s")):
+        if key not in w:
+            continue
+        items = sorted(w[key]["by_backlog"].items(), key=lambda kv: int(kv[0]))
+        xs = [int(k) for k, _ in items]
+        med = [v["records_per_s"]["median"] for _, v in items]
+        lo = [m - v["records_per_s"]["min"] for m, (_, v) in zip(med, items)]
+        hi = [v["records_per_s"]["max"] - m for m, (_, v) in zip(med, items)]
+        ax.errorbar(xs, med, yerr=[lo, hi], marker=marker, capsize=4, label=label)
+        plotted = True
+    if "w4_classic" in w:
+        s = w["w4_classic"]["records_per_s"]
+        ax.errorbar([w["w4_classic"]["records"]], [s["median"]], yerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]],
+                    marker="^", capsize=4, linestyle="none", label="sharebroker classic fetch (1 consumer)")
+        plotted = True
+    if plotted:
+        ax.set_xscale("log")
+        ax.set_xlabel("backlog (records of 100 B)")
+        ax.set_ylabel("records/s (median, min-max bars)")
+        ax.set_title(f"Consume throughput against backlog size ({res['mode']} mode)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "throughput_vs_backlog.png", dpi=110)
+        made.append("throughput_vs_backlog.png")
+    plt.close(fig)
+
+    if "w2_share_live" in w:
+        w2 = w["w2_share_live"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        names = ["p50", "p99", "max"]
+        stats = [w2["p50_ms"], w2["p99_ms"], w2["max_ms"]]
+        med = [s["median"] for s in stats]
+        ax.bar(names, med, yerr=[[m - s["min"] for m, s in zip(med, stats)], [s["max"] - m for m, s in zip(med, stats)]],
+               capsize=6, color=["#4c72b0", "#dd8452", "#c44e52"])
+        ax.axhline(25, color="grey", linestyle="--", label="p99 target 25 ms")
+        for i, m in enumerate(med):
+            ax.text(i, m, f"{m:.1f}", ha="center", va="bottom")
+        ax.set_ylabel("produce-to-receive latency, ms")
+        ax.set_title(f"Share consume live at {w2['target_rate']:,} rec/s, 2 consumers")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "latency_percentiles.png", dpi=110)
+        plt.close(fig)
+        made.append("latency_percentiles.png")
+    return made
+
+
+def write(res: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rs = rows(res)
+    res["table"] = rs
+    lines = table(rs)
+    print("\n" + "\n".join(lines))
+    if res["errors"]:
+        print("\nFAILED workloads:")
+        for k, v in res["errors"].items():
+            print(f"  {k}: {v}")
+    try:
+        made = charts(res, out)
+    except Exception as e:  # noqa: BLE001
+        made = []
+        res["errors"]["charts"] = f"{type(e).__name__}: {e}"
+        print(f"charts failed: {e}")
+    (out / "latest.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    md = [f"# sharebroker benchmark ({res['mode']} mode)", "",
+          f"Run {res['started']} on {res['host']['cpus']} CPUs, Python {res['host']['python']}; "
+          f"each figure is the median of {res['runs']} runs, min and max beside it; wall time "
+          f"{res['wall_seconds']:.0f} s. Every run uses a fresh broker subprocess and confluent-kafka clients "
+          "in separate processes; only the consume/produce phase is timed. Share-consume rates are from the "
+          "first delivery to the last distinct record (group join excluded; the rate including the join is "
+          "in latest.json as `records_per_s_from_start`).", "", *lines, ""]
+    if res["errors"]:
+        md += ["## Failed workloads", ""] + [f"- `{k}`: {v}" for k, v in res["errors"].items()] + [""]
+    md += [f"![{m}]({m})" for m in made]
+    (out / "latest.md").write_text("\n".join(md) + "\n")
+    print(f"\nwrote {out / 'latest.json'}, {out / 'latest.md'}" + "".join(f", {out / m}" for m in made))
+
+
+if __name__ == "__main__":  # re-render the table, Markdown and charts from a results JSON
+    import sys
+
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results" / "latest.json")
+    data = json.loads(path.read_text())
+    data["errors"].pop("charts", None)
+    write(data, path.parent)

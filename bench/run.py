@@ -1,0 +1,363 @@
+"""The benchmark runner behind `python -m bench` / `make bench`.
+
+Every workload runs against a fresh `sharebroker serve` subprocess (tests.support.BrokerProcess)
+with real confluent-kafka clients, each in its own process (multiprocessing, spawn). Only the
+consume or produce phase is timed; set-up (topic creation, backlog production, process start,
+group join) is not. Each figure is the median of `--runs` runs (at least 3) with min and max.
+
+    python -m bench [--quick] [--runs N] [--only w1,w2,...] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+from bench import clients, startup
+from tests.support.broker_process import BrokerProcess
+
+CTX = mp.get_context("spawn")
+SHARE_TOPIC = "bench-share"
+PARTITIONS = 4
+
+SCALES = {
+    "quick": {"backlogs": [10_000, 100_000], "mock_backlogs": [5_000, 20_000], "produce_records": 100_000,
+              "classic_records": 100_000, "live_seconds": 5.0, "big_log_mb": 100, "disk_mib": 256},
+    "full": {"backlogs": [10_000, 100_000, 1_000_000], "mock_backlogs": [5_000, 10_000, 50_000],
+             "produce_records": 1_000_000, "classic_records": 1_000_000, "live_seconds": 20.0, "big_log_mb": 1024,
+             "disk_mib": 1024},
+}
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def summarize(values: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def child(target: Callable, *args: Any) -> Any:
+    p = CTX.Process(target=target, args=args, daemon=True)
+    p.start()
+    return p
+
+
+def run_for_result(target: Callable, *args: Any, timeout: float = 600) -> dict[str, Any]:
+    """Run target(*args, queue) in a child process and return what it put on the queue."""
+    q = CTX.Queue()
+    p = child(target, *args, q)
+    try:
+        r = q.get(timeout=timeout)
+    except Exception:
+        p.terminate()
+        raise RuntimeError(f"{target.__name__} gave no result in {timeout:.0f} s")
+    p.join(30)
+    if p.is_alive():
+        p.terminate()
+    if "error" in r:
+        raise RuntimeError(r["error"])
+    return r
+
+
+def reap(procs: list, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(5)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, share_group: str | None = None) -> None:
+    a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    if share_group:
+        res = ConfigResource(ResourceType.GROUP, share_group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        for fut in a.incremental_alter_configs([res]).values():
+            fut.result(30)
+
+
+class FreshBroker:
+    """A broker subprocess on a fresh data directory, removed afterwards."""
+
+    def __init__(self, fsync: bool = False, keep: Path | None = None) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="sharebroker-bench-", dir=keep))
+        self.broker = BrokerProcess(self.tmp / "data", fsync=fsync)
+
+    def __enter__(self) -> BrokerProcess:
+        return self.broker.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.broker.stop()
+        except Exception:  # noqa: BLE001
+            self.broker.kill()
+        log = self.broker.log_text()
+        if "Traceback" in log:
+            print("  [broker log has a Traceback; last lines]\n" + log[-1500:])
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# share consume with a backlog (workload 1; also the mock peer)
+
+
+def share_drain(bootstrap: str, n: int, consumers: int, group: str, timeout: float = 300) -> dict[str, Any]:
+    per_partition = -(-n // PARTITIONS) + 1
+    bitmaps = [CTX.RawArray("B", per_partition) for _ in range(PARTITIONS)]
+    counters = CTX.RawArray("q", 4)
+    marks = CTX.RawArray("d", 2)
+    lock = CTX.Lock()
+    stop = CTX.Event()
+    procs = [child(clients.share_drain, bootstrap, SHARE_TOPIC, group, i, n, per_partition, bitmaps, counters, marks,
+                   lock, stop) for i in range(consumers)]
+    t_start = time.perf_counter()
+    ok = stop.wait(timeout)
+    stop.set()
+    reap(procs)
+    if not ok or marks[1] == 0.0:
+        raise RuntimeError(f"share drain timed out after {timeout:.0f} s: distinct {counters[0]}/{n}, "
+                           f"deliveries {counters[1]}, errors {counters[3]}")
+    return {"rate": n / (marks[1] - marks[0]), "rate_from_start": n / (marks[1] - t_start),
+            "seconds": marks[1] - marks[0], "join_seconds": marks[0] - t_start,
+            "deliveries": counters[1], "redelivered": counters[2], "errors": counters[3]}
+
+
+def w1_share_backlog(scale: dict, runs: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"by_backlog": {}}
+    rss_idle, rss_after = [], {}
+    for n in scale["backlogs"]:
+        rates, rates_start, extra = [], [], []
+        rss_after[n] = []
+        for r in range(runs):
+            with FreshBroker() as b:
+                pid = b.proc.pid
+                time.sleep(0.5)
+                rss_idle.append(rss_mb(pid))
+                create_topic(b.bootstrap, SHARE_TOPIC, PARTITIONS, share_group="bench-share-group")
+                run_for_result(clients.produce_backlog, b.bootstrap, SHARE_TOPIC, n, 100, PARTITIONS)
+                res = share_drain(b.bootstrap, n, 4, "bench-share-group")
+                rss_after[n].append(rss_mb(pid))
+            rates.append(res["rate"])
+            rates_start.append(res["rate_from_start"])
+            extra.append({k: res[k] for k in ("seconds", "join_seconds", "deliveries", "redelivered", "errors")})
+            print(f"  w1 backlog {n:>9,} run {r + 1}: {res['rate']:>10,.0f} rec/s "
+                  f"(from consumer start {res['rate_from_start']:,.0f}; redelivered {res['redelivered']})", flush=True)
+        out["by_backlog"][str(n)] = {"records_per_s": summarize(rates), "records_per_s_from_start": summarize(rates_start),
+                                     "details": extra}
+    out["rss_idle_mb"] = summarize(rss_idle)
+    out["rss_after_mb"] = {str(n): summarize(v) for n, v in rss_after.items()}
+    return out
+
+
+def peer_mock(scale: dict, runs: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"by_backlog": {}}
+    for n in scale["mock_backlogs"]:
+        rates, rates_start = [], []
+        for r in range(runs):
+            q, stop = CTX.Queue(), CTX.Event()
+            mock = child(clients.mock_cluster, SHARE_TOPIC, PARTITIONS, q, stop)
+            try:
+                info = q.get(timeout=30)
+                if "error" in info:
+                    raise RuntimeError(info["error"])
+                run_for_result(clients.produce_backlog, info["bootstrap"], SHARE_TOPIC, n, 100, PARTITIONS)
+                res = share_drain(info["bootstrap"], n, 4, "bench-share-group", timeout=120)
+            finally:
+                stop.set()
+                reap([mock], 10)
+            rates.append(res["rate"])
+            rates_start.append(res["rate_from_start"])
+            print(f"  mock backlog {n:>7,} run {r + 1}: {res['rate']:>10,.0f} rec/s", flush=True)
+        out["by_backlog"][str(n)] = {"records_per_s": summarize(rates), "records_per_s_from_start": summarize(rates_start)}
+    best = max(out["by_backlog"].items(), key=lambda kv: kv[1]["records_per_s"]["median"])
+    out["best"] = {"backlog": int(best[0]), **best[1]["records_per_s"]}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the other workloads
+
+
+def w2_share_live(scale: dict, runs: int, rate: int = 5000, warmup_s: float = 2.0, linger_ms: int = 5) -> dict[str, Any]:
+    p50, p99, pmax, achieved = [], [], [], []
+    for r in range(runs):
+        with FreshBroker() as b:
+            create_topic(b.bootstrap, "bench-live", PARTITIONS, share_group="bench-live-group")
+            stop, received, q = CTX.Event(), CTX.Value("q", 0), CTX.Queue()
+            cons = [child(clients.live_consumer, b.bootstrap, "bench-live", "bench-live-group", i,
+                          int(rate * warmup_s), stop, received, q) for i in range(2)]
+            time.sleep(1.0)  # let the consumers join before the paced producer starts
+            prod = run_for_result(clients.live_producer, b.bootstrap, "bench-live", rate, warmup_s,
+                                  scale["live_seconds"], 100, linger_ms, timeout=scale["live_seconds"] + 60)
+            deadline = time.monotonic() + 10
+            while received.value < prod["produced"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stop.set()
+            results = [q.get(timeout=30) for _ in cons]
+            reap(cons)
+        errs = [x["error"] for x in results if "error" in x]
+        if errs:
+            raise RuntimeError("; ".join(errs))
+        lat = sorted(v for x in results for v in x["latencies_ms"])
+        expected = prod["produced"] - prod["warmup_records"]
+        if len(lat) < expected:
+            raise RuntimeError(f"live: received {len(lat)}/{expected} measured records")
+        p50.append(lat[len(lat) // 2])
+        p99.append(lat[min(len(lat) - 1, int(len(lat) * 0.99))])
+        pmax.append(lat[-1])
+        achieved.append(prod["achieved_rate"])
+        print(f"  w2 run {r + 1}: p50 {p50[-1]:.2f} ms, p99 {p99[-1]:.2f} ms, max {pmax[-1]:.2f} ms "
+              f"({len(lat):,} records, producer at {prod['achieved_rate']:,.0f}/s)", flush=True)
+    return {"target_rate": rate, "producer_linger_ms": linger_ms, "warmup_s": warmup_s, "p50_ms": summarize(p50), "p99_ms": summarize(p99), "max_ms": summarize(pmax),
+            "achieved_rate": summarize(achieved)}
+
+
+def w3_produce(scale: dict, runs: int, size: int = 1024) -> dict[str, Any]:
+    n = scale["produce_records"]
+    out: dict[str, Any] = {"record_bytes": size, "records": n}
+    for mode, fsync in (("default", False), ("fsync", True)):
+        mbs, rps = [], []
+        for r in range(runs):
+            with FreshBroker(fsync=fsync) as b:
+                create_topic(b.bootstrap, "bench-produce", PARTITIONS)
+                res = run_for_result(clients.produce_timed, b.bootstrap, "bench-produce", n, size)
+            mbs.append(n * size / res["elapsed"] / 1e6)
+            rps.append(n / res["elapsed"])
+            print(f"  w3 {mode} run {r + 1}: {mbs[-1]:.1f} MB/s, {rps[-1]:,.0f} rec/s", flush=True)
+        out[mode] = {"mb_per_s": summarize(mbs), "records_per_s": summarize(rps)}
+    return out
+
+
+def w4_classic(scale: dict, runs: int) -> dict[str, Any]:
+    n = scale["classic_records"]
+    rates = []
+    for r in range(runs):
+        with FreshBroker() as b:
+            create_topic(b.bootstrap, "bench-classic", PARTITIONS)
+            run_for_result(clients.produce_backlog, b.bootstrap, "bench-classic", n, 100, PARTITIONS)
+            res = run_for_result(clients.classic_drain, b.bootstrap, "bench-classic", PARTITIONS, n)
+        rates.append(n / res["elapsed"])
+        print(f"  w4 run {r + 1}: {rates[-1]:,.0f} rec/s", flush=True)
+    return {"records": n, "records_per_s": summarize(rates)}
+
+
+def w6_startup(scale: dict, runs: int) -> dict[str, Any]:
+    empty = startup.measure(runs)
+    out: dict[str, Any] = {"empty_s": {"median": empty["median_s"], "min": empty["min_s"], "max": empty["max_s"]}}
+    mb = scale["big_log_mb"]
+    n_big = mb * 1024 * 1024 // 1024
+    backlog = scale["backlogs"][-1]
+    fb = FreshBroker()
+    try:
+        b = fb.broker.start()
+        create_topic(b.bootstrap, "bench-biglog", PARTITIONS)
+        run_for_result(clients.produce_backlog, b.bootstrap, "bench-biglog", n_big, 1024, PARTITIONS)
+        # plus the share state of workload 1: a drained backlog through a share group
+        create_topic(b.bootstrap, SHARE_TOPIC, PARTITIONS, share_group="bench-share-group")
+        run_for_result(clients.produce_backlog, b.bootstrap, SHARE_TOPIC, backlog, 100, PARTITIONS)
+        share_drain(b.bootstrap, backlog, 4, "bench-share-group")
+        times = []
+        for r in range(runs):
+            if b.stop() != 0:
+                raise RuntimeError("broker exit code not 0")
+            b.start(timeout=120)
+            times.append(b.start_seconds)
+            print(f"  w6 restart with {mb} MB of log run {r + 1}: {times[-1] * 1000:.0f} ms", flush=True)
+        log_bytes = sum(f.stat().st_size for f in b.data_dir.rglob("*.log"))
+    finally:
+        fb.__exit__(None, None, None)
+    out["big_log_s"] = summarize(times)
+    out["big_log_bytes"] = log_bytes
+    out["share_backlog_drained"] = backlog
+    return out
+
+
+def peer_disk(scale: dict, runs: int) -> dict[str, Any]:
+    """Raw sequential append: 1 MiB writes to a temp file on the broker's file system, one fsync."""
+    mib = scale["disk_mib"]
+    block = os.urandom(1 << 20)
+    rates = []
+    for _ in range(runs):
+        fd, path = tempfile.mkstemp(prefix="bench-disk-")
+        try:
+            t0 = time.perf_counter()
+            for _ in range(mib):
+                os.write(fd, block)
+            os.fsync(fd)
+            rates.append(mib * (1 << 20) / (time.perf_counter() - t0) / 1e6)
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        print(f"  disk append {mib} MiB: {rates[-1]:.0f} MB/s", flush=True)
+    return {"mib": mib, "mb_per_s": summarize(rates)}
+
+
+WORKLOADS: dict[str, Callable[[dict, int], dict[str, Any]]] = {
+    "peer_disk": peer_disk,
+    "peer_mock": peer_mock,
+    "w1_share_backlog": w1_share_backlog,
+    "w2_share_live": w2_share_live,
+    "w3_produce": w3_produce,
+    "w4_classic": w4_classic,
+    "w6_startup": w6_startup,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench import report
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="reduced scale (a few minutes)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(WORKLOADS))
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args(argv)
+    runs = max(3, args.runs)
+    mode = "quick" if args.quick else "full"
+    scale = SCALES[mode]
+    chosen = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
+    results: dict[str, Any] = {
+        "mode": mode, "runs": runs, "scale": scale, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "workloads": {}, "errors": {}}
+    t0 = time.perf_counter()
+    for name in chosen:
+        print(f"== {name}", flush=True)
+        w0 = time.perf_counter()
+        try:
+            results["workloads"][name] = WORKLOADS[name](scale, runs)
+        except Exception as e:  # noqa: BLE001 - a failed workload is reported, the others still run
+            results["errors"][name] = f"{type(e).__name__}: {e}"
+            print(f"  FAILED: {e}\n{traceback.format_exc()}", flush=True)
+        print(f"  ({time.perf_counter() - w0:.0f} s)", flush=True)
+    results["wall_seconds"] = time.perf_counter() - t0
+    report.write(results, Path(args.out))
