@@ -41,7 +41,6 @@ class Connection:
         self._reader = reader
         self._writer = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
-        self.peer_host = str(peer[0])
         self.peer = f"{peer[0]}:{peer[1]}"
         self.client_host = f"/{peer[0]}"
         self.client_id: str | None = None

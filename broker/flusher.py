@@ -23,7 +23,6 @@ class Flusher:
         self._pending: dict[int, tuple[Any, asyncio.Future[None]]] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.fsyncs = 0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="flusher")
@@ -54,7 +53,6 @@ class Flusher:
             for partition_log, fut in batch.values():
                 try:
                     await loop.run_in_executor(self._executor, partition_log.flush)
-                    self.fsyncs += 1
                     if not fut.done():
                         fut.set_result(None)
                 except Exception as exc:

@@ -77,7 +77,7 @@ class PartitionProducers:
                 return cached
         last = entry.last_seq
         if last >= 0 and first_seq != _next_seq(last):
-            if entry.batches and _seq_before(first_seq, entry.batches[0].first_seq):
+            if entry.batches and first_seq < entry.batches[0].first_seq:
                 raise SequenceError(ErrorCode.duplicate_sequence_number,
                                     f"Sequence {first_seq} of producer {producer_id} is older than the "
                                     f"cached batches; treated as a duplicate")
@@ -101,10 +101,6 @@ class PartitionProducers:
         for pid in stale:
             del self.entries[pid]
         return len(stale)
-
-
-def _seq_before(a: int, b: int) -> bool:
-    return a < b
 
 
 # -- durability: Kafka keeps producer state in snapshot files and replays the log after them ----

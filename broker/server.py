@@ -24,7 +24,6 @@ from config import BrokerConfig
 log = get_logger("sharebroker.server")
 
 _PRODUCER_ID_BLOCK = 1000
-GROUP_RESOURCE = 32
 _MAX = 2**63 - 1
 
 
@@ -50,7 +49,6 @@ class Broker:
         self._timers: list[asyncio.Task[None]] = []
         self._producer_ids: range = range(0)
         self._producer_id_iter: Any = iter(())
-        self.started_at = time.monotonic()
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -187,25 +185,6 @@ class Broker:
 
     def on_log_start_moved(self, partition: Partition) -> None:
         partition.notify_append()
-
-    def describe_resource_configs(self, resource_type: int, name: str) -> list[Any] | None:
-        if resource_type == GROUP_RESOURCE:
-            from config import ConfigError
-            if not name:
-                raise ConfigError("group", "Group name can't be empty.")
-            return self.share_groups.describe_configs(name)
-        return None
-
-    def alter_resource_configs(self, resource_type: int, name: str, changes: Any, validate_only: bool,
-                               incremental: bool) -> bool:
-        """GROUP configs (share.*); raises ConfigError for bad names or values."""
-        if resource_type != GROUP_RESOURCE:
-            return False
-        from config import ConfigError
-        if not name:
-            raise ConfigError("group", "Group name can't be empty.")
-        self.share_groups.alter_configs(name, changes, validate_only=validate_only, incremental=incremental)
-        return True
 
     def alter_broker_configs(self, changes: list[tuple[str, int, str | None]], *, per_broker: bool,
                              incremental: bool, validate_only: bool) -> None:

@@ -1139,14 +1139,6 @@ class BrokerConfig:
         return _retention_ms(self._get)
 
     @property
-    def log_roll_ms(self) -> int:
-        return _fallback(self._get, TOPIC_CONFIGS["segment.ms"].synonyms)
-
-    @property
-    def log_roll_jitter_ms(self) -> int:
-        return _fallback(self._get, TOPIC_CONFIGS["segment.jitter.ms"].synonyms)
-
-    @property
     def log_flush_interval_ms(self) -> int:
         """log.flush.interval.ms, or log.flush.scheduler.interval.ms when unset (as Kafka)."""
         return _fallback(self._get, TOPIC_CONFIGS["flush.ms"].synonyms)

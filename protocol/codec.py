@@ -223,7 +223,3 @@ def build(cls: type, data: Mapping[str, Any] | Any) -> Any:
 
 def has_field(cls: type, name: str) -> bool:
     return any(p.name == name for p in _plan(cls))
-
-
-def error_code(value: int) -> ErrorCode:
-    return ErrorCode(value)

@@ -199,10 +199,6 @@ class LogManager:
         self.write_recovery_points()
         self.write_log_start_offsets()
 
-    def flush_all(self) -> None:
-        for log in list(self._logs.values()):
-            log.flush()
-
     def close(self) -> None:
         """Flush and close every log, checkpoint, then write the clean-shutdown marker."""
         for log in list(self._logs.values()):

@@ -202,9 +202,6 @@ class PartitionLog:
     def earliest_offset(self) -> int:
         return self.log_start_offset
 
-    def latest_offset(self) -> int:
-        return self.high_watermark
-
     # -- append ---------------------------------------------------------------------------------
 
     def append(self, buf: bytearray, headers: Sequence[BatchHeader], *, leader_epoch: int, now_ms: int,

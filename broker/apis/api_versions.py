@@ -15,12 +15,6 @@ from protocol.codec import DecodedRequest, build, response_class
 async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     cls = response_class(18, req.api_version)
     keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(API_VERSIONS.items())]
-    if req.api_version >= 3:
-        body = req.body
-        name = body.client_software_name or ""
-        version = body.client_software_version or ""
-        if conn is not None:
-            conn.client_software = f"{name}/{version}"
     return build(cls, {
         "error_code": ErrorCode.none,
         "api_keys": keys,

@@ -37,6 +37,11 @@ def _check_broker_name(broker: Any, name: str) -> None:
                             f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
 
 
+def _check_group_name(name: str) -> None:
+    if not name:
+        raise ResourceError(ErrorCode.invalid_request, "Group name can't be empty.")
+
+
 def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
     if resource_type == TOPIC:
         topic = broker.topics.get(name)
@@ -46,12 +51,9 @@ def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
     if resource_type == BROKER:
         _check_broker_name(broker, name)
         return describe_broker_configs(broker.config, per_broker=name != "")
-    try:
-        found = broker.describe_resource_configs(resource_type, name)
-    except ConfigError as exc:
-        raise ResourceError(ErrorCode.invalid_request, str(exc)) from None
-    if found is not None:
-        return found
+    if resource_type == GROUP:
+        _check_group_name(name)
+        return broker.share_groups.describe_configs(name)
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for DescribeConfigs.")
 
 
@@ -137,12 +139,13 @@ def _alter(broker: Any, resource_type: int, name: str, changes: list[tuple[str, 
         except ConfigError as exc:
             raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
         return
-    try:
-        if broker.alter_resource_configs(resource_type, name, changes, validate_only, incremental):
-            return
-    except ConfigError as exc:
-        code = ErrorCode.invalid_request if exc.name == "group" else ErrorCode.invalid_config
-        raise ResourceError(code, str(exc)) from None
+    if resource_type == GROUP:
+        _check_group_name(name)
+        try:
+            broker.share_groups.alter_configs(name, changes, validate_only=validate_only, incremental=incremental)
+        except ConfigError as exc:
+            raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
+        return
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for altering configs.")
 
 

@@ -171,9 +171,6 @@ class ClassicGroup:
 
     # -- queries ---------------------------------------------------------------------------------
 
-    def is_empty(self) -> bool:
-        return self.state == EMPTY
-
     def is_simple(self) -> bool:
         """A group that only stores offsets (no member ever joined with a protocol)."""
         return self.protocol_type is None and self.state == EMPTY

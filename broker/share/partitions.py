@@ -57,11 +57,6 @@ class SharePartitions:
             if key[1] == topic_id:
                 self.drop(leader)
 
-    def drop_group(self, group_id: str) -> None:
-        for key, leader in list(self.leaders.items()):
-            if key[0] == group_id:
-                self.drop(leader)
-
     # -- delayed fetch wake-ups ------------------------------------------------------------------
 
     def waiter(self, key: LeaderKey) -> asyncio.Future[None]:

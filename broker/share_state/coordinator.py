@@ -55,7 +55,6 @@ class ShareCoordinator:
         self._snapshot_times: dict[Key, int] = {}
         self._pruner: asyncio.Task[None] | None = None
         self.replay_ms = 0.0
-        self.replayed_records = 0
 
     # -- the internal topic ----------------------------------------------------------------------
 
@@ -78,7 +77,6 @@ class ShareCoordinator:
                 self._replay(off, key, value)
                 count += 1
         self.replay_ms = (time.perf_counter() - t0) * 1000
-        self.replayed_records = count
         log.info("share state replayed", records=count, share_partitions=len(self.store.states),
                  replay_ms=round(self.replay_ms, 1))
 

@@ -138,13 +138,6 @@ def usage_error(parser: argparse.ArgumentParser, message: str) -> None:
     parser.error(message)  # exits 2 with the usage line
 
 
-def split_csv(values: Sequence[str] | None) -> list[str]:
-    out: list[str] = []
-    for v in values or ():
-        out.extend(x.strip() for x in v.split(",") if x.strip())
-    return out
-
-
 # -- pieces shared by the group tools (consumer-groups, share-groups) ------------------------------
 
 

@@ -134,13 +134,6 @@ def error_message(code: int, message: str | None = None) -> str:
     return _error_docs().get(ec.name) or ec.name.upper()
 
 
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(int(code)).name.upper()
-    except ValueError:
-        return f"ERROR_{code}"
-
-
 def code_of(value: Any) -> int:
     return int(value) if value is not None else 0
 
