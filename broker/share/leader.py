@@ -178,14 +178,6 @@ class SharePartitionLeader:
     def release_fetch_lock(self) -> None:
         self._fetch_lock = False
 
-    def can_acquire(self) -> bool:
-        if self.sp is None:
-            return True
-        self._expire_due()
-        if not self.sp.can_acquire(self.owner.limits(self.group_id)):
-            return False
-        return self.sp.next_fetch_offset() < self.partition.log.high_watermark
-
     def acquire(self, member_id: str, *, max_records: int, batch_size: int, mode: AcquireMode,
                 max_bytes: int) -> Acquisition:
         """Read from the next fetch offset and acquire; the caller holds the fetch lock."""
