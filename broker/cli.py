@@ -81,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sharebroker", description="A Kafka-compatible broker with share groups.")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
-    from broker.tools import add_tool_parsers
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["serve"]:
+        # The tools import their wire client and codecs; `serve` skips them to start sooner.
+        from broker.tools import add_tool_parsers
 
-    add_tool_parsers(sub)
+        add_tool_parsers(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)

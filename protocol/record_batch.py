@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from crc32c import crc32c
+from protocol.crc import crc32c
 
 __all__ = [
     "BATCH_HEADER_SIZE",

@@ -20,7 +20,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from crc32c import crc32c
+from protocol.crc import crc32c
 
 from protocol.record_batch import (
     BATCH_HEADER_SIZE,
