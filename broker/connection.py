@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.apis import HANDLERS, CloseConnection, error_response
+from broker.frames import FrameEnd, FrameProtocol
 from broker.structured_log import get_logger
 from protocol.api_table import API_VERSIONS, api_name
 from protocol.codec import (
@@ -30,17 +30,14 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.connection")
 _ids = itertools.count(1)
-_SIZE = struct.Struct(">i")
-_MIN_FRAME = 8  # api key, api version, correlation id
 
 
 class Connection:
-    def __init__(self, broker: "Broker", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, broker: "Broker", frames: FrameProtocol) -> None:
         self.broker = broker
         self.id = next(_ids)
-        self._reader = reader
-        self._writer = writer
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        self._frames = frames
+        peer = frames.peername()
         self.peer = f"{peer[0]}:{peer[1]}"
         self.client_host = f"/{peer[0]}"
         self.client_id: str | None = None
@@ -54,46 +51,30 @@ class Connection:
     async def serve(self) -> None:
         log.info("connection opened", conn=self.id, peer=self.peer)
         reason = "client closed"
-        max_request = self.broker.config["socket.request.max.bytes"]
+        frames = self._frames
         try:
             while True:
-                try:
-                    prefix = await self._reader.readexactly(4)
-                except asyncio.IncompleteReadError as exc:
-                    if exc.partial:
-                        reason = "truncated size prefix"
-                        log.warning("truncated frame", conn=self.id, peer=self.peer, got_bytes=len(exc.partial))
-                    break
-                (size,) = _SIZE.unpack(prefix)
-                if size < _MIN_FRAME or size > max_request:
-                    reason = "invalid frame size"
-                    log.warning("invalid frame size, closing connection", conn=self.id, peer=self.peer,
-                                size=size, max_size=max_request, setting="socket.request.max.bytes")
-                    break
-                try:
-                    frame = await self._reader.readexactly(size)
-                except asyncio.IncompleteReadError as exc:
-                    reason = "truncated frame"
-                    log.warning("truncated frame", conn=self.id, peer=self.peer, expected_bytes=size,
-                                got_bytes=len(exc.partial))
+                frame = await frames.read_frame()
+                if isinstance(frame, FrameEnd):
+                    reason = frame.reason
+                    if frame.event is not None:
+                        log.warning(frame.event, conn=self.id, peer=self.peer, **frame.fields)
                     break
                 response = await self._process(frame)
+                frames.recycle(frame)
                 if response is None:
                     reason = "unservable request"
                     break
                 if response:
-                    self._writer.write(response)
-                    if self._writer.transport.get_write_buffer_size() > 1 << 20:
-                        await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            reason = f"{type(exc).__name__}: {exc}"
+                    frames.write(response)
+                    await frames.drain()
         except asyncio.CancelledError:
             reason = "broker shutting down"
             raise
         finally:
             await self._close(reason)
 
-    async def _process(self, frame: bytes) -> bytes | None:
+    async def _process(self, frame: bytes | memoryview) -> bytes | None:
         """Encoded response, b"" for no response (acks=0), None to close the connection."""
         try:
             req = decode_request(frame)
@@ -149,10 +130,7 @@ class Connection:
                     await result
             except Exception:
                 log.exception("connection close callback failed", conn=self.id)
-        try:
-            self._writer.close()
-        except Exception:
-            pass
+        self._frames.close()
         log.info("connection closed", conn=self.id, peer=self.peer, reason=reason, client_id=self.client_id)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.connection import Connection
+from broker.frames import FrameProtocol
 from broker.flusher import Flusher, now_ms
 from broker.groups.classic_coordinator import ClassicGroupCoordinator
 from broker.groups.coordinator import ShareGroupCoordinator
@@ -100,9 +101,10 @@ class Broker:
             for p in self.topics.all_partitions():
                 self.flusher.request(p.log)
         listener = self.config.listeners[0]
-        self._server = await asyncio.start_server(
-            self._accept, host=listener.host or None, port=listener.port, reuse_address=True,
-            limit=1 << 20)
+        max_frame = self.config["socket.request.max.bytes"]
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: FrameProtocol(max_frame, self._accept), host=listener.host or None, port=listener.port,
+            reuse_address=True)
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
         adv = self.config.advertised_listeners[0]
@@ -120,24 +122,17 @@ class Broker:
             tmp.write_text(f"{self.host}:{self.port}\n")
             os.replace(tmp, self.ready_file)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            import socket
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        conn = Connection(self, reader, writer)
-        task = asyncio.current_task()
-        assert task is not None
+    def _accept(self, frames: FrameProtocol) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve_connection(Connection(self, frames)))
         self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    @staticmethod
+    async def _serve_connection(conn: Connection) -> None:
         try:
             await conn.serve()
         except asyncio.CancelledError:
             pass
-        finally:
-            self._connections.discard(task)
 
     async def stop(self) -> None:
         log.info("broker stopping")

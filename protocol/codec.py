@@ -64,7 +64,7 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return _HEADER_PREFIX.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes) -> DecodedRequest:
+def decode_request(frame: bytes | memoryview) -> DecodedRequest:
     """Decode one request frame (the bytes after the size prefix)."""
     api_key, api_version, correlation_id = peek_header(frame)
     ids = {"api_key": api_key, "api_version": api_version, "correlation_id": correlation_id}

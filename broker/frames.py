@@ -1,0 +1,238 @@
+"""The transport side of a client connection: size-prefixed Kafka frames read with
+`asyncio.BufferedProtocol`, so bytes go from the socket straight into the buffer a frame is decoded
+from. Small frames are cut out of one staging buffer; a large frame (a produce request's batches)
+gets its own bytearray that the socket fills directly, with no stream-buffer copies on the way.
+
+Frames are queued in arrival order for the connection's task; reading pauses while too many wait,
+and writing follows the transport's flow control."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+MIN_FRAME = 8  # api key, api version, correlation id
+_STAGING = 256 * 1024
+_LARGE = 64 * 1024  # frames above this get a buffer of their own
+_MAX_QUEUED = 16  # frames waiting for the connection task before reading pauses
+_MAX_SPARE = 8 << 20  # largest frame buffer kept for reuse
+_WRITE_HIGH_WATER = 1 << 20
+
+
+@dataclass(slots=True)
+class FrameEnd:
+    """Why no more frames will come: `reason` for the close line; `event` and `fields` describe a
+    client error worth a warning line of its own (None for an orderly close)."""
+
+    reason: str
+    event: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+class FrameProtocol(asyncio.BufferedProtocol):
+    def __init__(self, max_frame: int, on_open: Callable[["FrameProtocol"], None]) -> None:
+        self.max_frame = max_frame
+        self._on_open = on_open
+        self.transport: asyncio.Transport | None = None
+        self._staging = bytearray(_STAGING)
+        self._view = memoryview(self._staging)
+        self._start = 0  # unparsed bytes are staging[_start:_end]
+        self._end = 0
+        self._large: memoryview | None = None  # a large frame being filled from the socket
+        self._large_got = 0
+        # A large frame's buffer, handed back once decoded: reusing it spares allocating and
+        # zero-filling (and page-faulting) a fresh megabyte for every produce request.
+        self._spare: bytearray | None = None
+        self._frames: deque[bytes | memoryview] = deque()
+        self._end_state: FrameEnd | None = None
+        self._frame_waiter: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+
+    # -- asyncio callbacks -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not a subclass
+        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self._on_open(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return self._large[self._large_got:]
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._large is not None:
+            self._large_got += nbytes
+            if self._large_got == len(self._large):
+                self._push(self._large.toreadonly())  # kio reads read-only buffers only
+                self._large.release()
+                self._large = None
+            return
+        self._end += nbytes
+        self._cut_frames()
+
+    def eof_received(self) -> bool:
+        # Stay half-open: frames already received are still answered before the close.
+        self._finish(self._truncation() or FrameEnd("client closed"))
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._finish(FrameEnd(f"{type(exc).__name__}: {exc}" if exc else "client closed"))
+        self._writing_paused = False
+        self._wake_drain()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake_drain()
+
+    # -- framing -----------------------------------------------------------------------------------
+
+    def _cut_frames(self) -> None:
+        buf, view = self._staging, self._view
+        start, end = self._start, self._end
+        while end - start >= 4:
+            size = int.from_bytes(buf[start:start + 4], "big", signed=True)
+            if size < MIN_FRAME or size > self.max_frame:
+                self._start = self._end = 0
+                self._finish(FrameEnd("invalid frame size", "invalid frame size, closing connection",
+                                      {"size": size, "max_size": self.max_frame,
+                                       "setting": "socket.request.max.bytes"}))
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                return
+            have = end - start - 4
+            if have >= size:
+                self._push(bytes(view[start + 4:start + 4 + size]))
+                start += 4 + size
+                continue
+            if size > _LARGE:
+                spare = self._spare
+                if spare is not None and len(spare) >= size:
+                    self._spare = None
+                else:
+                    spare = bytearray(size)
+                frame = memoryview(spare)[:size]
+                frame[:have] = view[start + 4:end]
+                self._large, self._large_got = frame, have
+                start = end
+            break
+        if start == end:
+            start = end = 0
+        elif len(buf) - start < _LARGE + 4:
+            # Move the partial frame to the front so the rest of it fits behind it.
+            buf[:end - start] = view[start:end]
+            start, end = 0, end - start
+        self._start, self._end = start, end
+
+    def _truncation(self) -> FrameEnd | None:
+        if self._large is not None:
+            return FrameEnd("truncated frame", "truncated frame",
+                            {"expected_bytes": len(self._large), "got_bytes": self._large_got})
+        pending = self._end - self._start
+        if pending == 0:
+            return None
+        if pending < 4:
+            return FrameEnd("client closed", "truncated frame", {"got_bytes": pending})
+        size = int.from_bytes(self._staging[self._start:self._start + 4], "big", signed=True)
+        return FrameEnd("truncated frame", "truncated frame", {"expected_bytes": size, "got_bytes": pending - 4})
+
+    def _push(self, frame: bytes | memoryview) -> None:
+        self._frames.append(frame)
+        if len(self._frames) >= _MAX_QUEUED and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake_reader()
+
+    def _finish(self, end: FrameEnd) -> None:
+        if self._end_state is None:
+            self._end_state = end
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        waiter = self._frame_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_drain(self) -> None:
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the connection task's side ----------------------------------------------------------------
+
+    async def read_frame(self) -> bytes | memoryview | FrameEnd:
+        """The next frame in arrival order, or why there are no more."""
+        while not self._frames:
+            if self._end_state is not None:
+                return self._end_state
+            self._frame_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._frame_waiter
+            finally:
+                self._frame_waiter = None
+        frame = self._frames.popleft()
+        if self._reading_paused and len(self._frames) < _MAX_QUEUED // 2 and self._end_state is None:
+            self._reading_paused = False
+            assert self.transport is not None
+            self.transport.resume_reading()
+        return frame
+
+    def recycle(self, frame: bytes | memoryview) -> None:
+        """The connection is done with `frame` (decoding copies what it keeps): its buffer may be
+        reused for the next large frame."""
+        if isinstance(frame, memoryview):
+            owner = frame.obj
+            try:
+                frame.release()
+            except BufferError:  # a view made from this very view is alive
+                return
+            if not isinstance(owner, bytearray):
+                return
+            try:
+                # A bytearray refuses to resize while any view of it is alive (a slice kept by a
+                # handler, say): then it is never reused. Shrinking by one byte and growing back
+                # stays inside its allocation, so the check costs no copy.
+                del owner[-1:]
+            except BufferError:
+                return
+            owner.append(0)
+            if len(owner) <= _MAX_SPARE and (
+                    self._spare is None or len(owner) > len(self._spare)):
+                self._spare = owner
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        if not self.transport.is_closing():
+            self.transport.write(data)
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark."""
+        while self._writing_paused and self.transport is not None and not self.transport.is_closing():
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
+
+    def peername(self) -> tuple[str, int]:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return peer or ("?", 0)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
