@@ -33,7 +33,7 @@ _ids = itertools.count(1)
 
 
 class Connection:
-    def __init__(self, broker: "Broker", frames: FrameProtocol) -> None:
+    def __init__(self, broker: Broker, frames: FrameProtocol) -> None:
         self.broker = broker
         self.id = next(_ids)
         self._frames = frames
@@ -42,9 +42,9 @@ class Connection:
         self.client_host = f"/{peer[0]}"
         self.client_id: str | None = None
         self.closed = False
-        self._on_close: list[Callable[["Connection"], Any]] = []
+        self._on_close: list[Callable[[Connection], Any]] = []
 
-    def on_close(self, callback: Callable[["Connection"], Any]) -> None:
+    def on_close(self, callback: Callable[[Connection], Any]) -> None:
         """Run `callback(connection)` once when the connection ends (share sessions use it)."""
         self._on_close.append(callback)
 
@@ -134,4 +134,4 @@ class Connection:
         log.info("connection closed", conn=self.id, peer=self.peer, reason=reason, client_id=self.client_id)
 
 
-__all__ = ["Connection", "CloseConnection", "DecodedRequest"]
+__all__ = ["CloseConnection", "Connection", "DecodedRequest"]

@@ -34,7 +34,7 @@ class FrameEnd:
 
 
 class FrameProtocol(asyncio.BufferedProtocol):
-    def __init__(self, max_frame: int, on_open: Callable[["FrameProtocol"], None]) -> None:
+    def __init__(self, max_frame: int, on_open: Callable[[FrameProtocol], None]) -> None:
         self.max_frame = max_frame
         self._on_open = on_open
         self.transport: asyncio.Transport | None = None

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from broker.connection import Connection
-from broker.frames import FrameProtocol
 from broker.flusher import Flusher, now_ms
+from broker.frames import FrameProtocol
 from broker.groups.classic_coordinator import ClassicGroupCoordinator
 from broker.groups.coordinator import ShareGroupCoordinator
 from broker.groups.group_log import GroupLog

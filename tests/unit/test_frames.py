@@ -93,7 +93,7 @@ async def test_frames_come_out_whole_and_in_order_whatever_the_reads(chunks):
         sizes = [8, 9, 100, _LARGE + 1, 12, 70_000, 8]
     rnd.shuffle(sizes)
     payloads = [payload(i, s) for i, s in enumerate(sizes)]
-    proto, transport, opened = make()
+    proto, _, opened = make()
     assert opened == [proto]
     stream = b"".join(frame(p) for p in payloads)
     got: list[bytes] = []
@@ -103,7 +103,7 @@ async def test_frames_come_out_whole_and_in_order_whatever_the_reads(chunks):
         got += await drain(proto, 1)
     assert got == payloads
     # and the whole stream at once, split at arbitrary places
-    proto, transport, _ = make()
+    proto, _, _ = make()
     cuts = sorted(rnd.sample(range(1, len(stream)), 40))
     pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
     result: list[bytes] = []
