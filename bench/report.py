@@ -25,8 +25,11 @@ def rows(res: dict[str, Any]) -> list[dict[str, Any]]:
 
     disk = w.get("peer_disk", {}).get("mb_per_s")
     mock = w.get("peer_mock")
+    mock_produce = w.get("peer_mock_produce", {}).get("mb_per_s")
     if disk:
         add("peer: raw sequential append (1 MiB writes, 1 fsync)", disk, "MB/s")
+    if mock_produce:
+        add("peer: mock cluster produce 1 KB acks=all linger 5 ms (the client's ceiling)", mock_produce, "MB/s")
     if mock:
         for n, v in mock["by_backlog"].items():
             add(f"peer: mock cluster share consume, {int(n):,} backlog", v["records_per_s"], "rec/s")
@@ -55,13 +58,18 @@ def rows(res: dict[str, Any]) -> list[dict[str, Any]]:
         add("w2 share live 5k/s: p50 latency", w2["p50_ms"], "ms")
         add("w2 share live 5k/s: p99 latency", w2["p99_ms"], "ms", "", "<25 ms", w2["p99_ms"]["median"] < 25)
         add("w2 share live 5k/s: max latency", w2["max_ms"], "ms")
+    w2b = w.get("w2_share_live_linger0")
+    if w2b:
+        for q in ("p50", "p99", "max"):
+            add(f"w2 share live 5k/s, producer linger.ms=0: {q} latency", w2b[f"{q}_ms"], "ms")
     w3 = w.get("w3_produce")
     if w3:
         for mode in ("default", "fsync"):
             if mode not in w3:
                 continue
             s = w3[mode]["mb_per_s"]
-            ratio = f"{s['median'] / disk['median']:.2f}x raw disk" if disk else ""
+            ratio = "; ".join(([f"{s['median'] / disk['median']:.2f}x raw disk"] if disk else [])
+                              + ([f"{s['median'] / mock_produce['median']:.2f}x mock"] if mock_produce else []))
             target, ok = ("", None)
             if mode == "default":
                 target = ">=150 MB/s, >=0.5x disk"
@@ -135,20 +143,26 @@ def charts(res: dict[str, Any], out: Path) -> list[str]:
         made.append("throughput_vs_backlog.png")
     plt.close(fig)
 
-    if "w2_share_live" in w:
-        w2 = w["w2_share_live"]
-        fig, ax = plt.subplots(figsize=(6, 4))
+    variants = [(k, label) for k, label in (("w2_share_live", "producer linger.ms=5"),
+                                              ("w2_share_live_linger0", "producer linger.ms=0")) if k in w]
+    if variants:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
         names = ["p50", "p99", "max"]
-        stats = [w2["p50_ms"], w2["p99_ms"], w2["max_ms"]]
-        med = [s["median"] for s in stats]
-        ax.bar(names, med, yerr=[[m - s["min"] for m, s in zip(med, stats)], [s["max"] - m for m, s in zip(med, stats)]],
-               capsize=6, color=["#4c72b0", "#dd8452", "#c44e52"])
+        width = 0.8 / len(variants)
+        for j, (key, label) in enumerate(variants):
+            stats = [w[key][f"{q}_ms"] for q in names]
+            med = [s["median"] for s in stats]
+            xs = [i + (j - (len(variants) - 1) / 2) * width for i in range(len(names))]
+            ax.bar(xs, med, width, yerr=[[m - s["min"] for m, s in zip(med, stats)],
+                                         [s["max"] - m for m, s in zip(med, stats)]], capsize=5, label=label)
+            for x, m in zip(xs, med):
+                ax.text(x, m, f"{m:.1f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(names)), names)
         ax.axhline(25, color="grey", linestyle="--", label="p99 target 25 ms")
-        for i, m in enumerate(med):
-            ax.text(i, m, f"{m:.1f}", ha="center", va="bottom")
         ax.set_ylabel("produce-to-receive latency, ms")
-        ax.set_title(f"Share consume live at {w2['target_rate']:,} rec/s, 2 consumers")
-        ax.legend()
+        rate = w[variants[0][0]]["target_rate"]
+        ax.set_title(f"Share consume live at {rate:,} rec/s, 2 consumers")
+        ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "latency_percentiles.png", dpi=110)
         plt.close(fig)

@@ -203,6 +203,27 @@ def peer_mock(scale: dict, runs: int) -> dict[str, Any]:
     return out
 
 
+def peer_mock_produce(scale: dict, runs: int, size: int = 1024) -> dict[str, Any]:
+    """Workload 3's producer against the mock cluster: what one confluent-kafka producer process
+    reaches on this machine when the broker costs next to nothing (the client's ceiling)."""
+    n = scale["produce_records"]
+    mbs = []
+    for r in range(runs):
+        q, stop = CTX.Queue(), CTX.Event()
+        mock = child(clients.mock_cluster, "bench-produce", PARTITIONS, q, stop)
+        try:
+            info = q.get(timeout=30)
+            if "error" in info:
+                raise RuntimeError(info["error"])
+            res = run_for_result(clients.produce_timed, info["bootstrap"], "bench-produce", n, size)
+        finally:
+            stop.set()
+            reap([mock], 10)
+        mbs.append(n * size / res["elapsed"] / 1e6)
+        print(f"  mock produce run {r + 1}: {mbs[-1]:.1f} MB/s", flush=True)
+    return {"record_bytes": size, "records": n, "mb_per_s": summarize(mbs)}
+
+
 # --------------------------------------------------------------------------------------------
 # the other workloads
 
@@ -239,6 +260,12 @@ def w2_share_live(scale: dict, runs: int, rate: int = 5000, warmup_s: float = 2.
               f"({len(lat):,} records, producer at {prod['achieved_rate']:,.0f}/s)", flush=True)
     return {"target_rate": rate, "producer_linger_ms": linger_ms, "warmup_s": warmup_s, "p50_ms": summarize(p50), "p99_ms": summarize(p99), "max_ms": summarize(pmax),
             "achieved_rate": summarize(achieved)}
+
+
+def w2_share_live_linger0(scale: dict, runs: int) -> dict[str, Any]:
+    """Workload 2 with a producer that does not linger: about one request per record, so the
+    broker's cost per request rather than per byte is what is measured."""
+    return w2_share_live(scale, runs, linger_ms=0)
 
 
 def w3_produce(scale: dict, runs: int, size: int = 1024) -> dict[str, Any]:
@@ -324,8 +351,10 @@ def peer_disk(scale: dict, runs: int) -> dict[str, Any]:
 WORKLOADS: dict[str, Callable[[dict, int], dict[str, Any]]] = {
     "peer_disk": peer_disk,
     "peer_mock": peer_mock,
+    "peer_mock_produce": peer_mock_produce,
     "w1_share_backlog": w1_share_backlog,
     "w2_share_live": w2_share_live,
+    "w2_share_live_linger0": w2_share_live_linger0,
     "w3_produce": w3_produce,
     "w4_classic": w4_classic,
     "w6_startup": w6_startup,

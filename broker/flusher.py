@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,15 +28,16 @@ class Flusher:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="flusher")
 
-    async def sync(self, partition_log: Any) -> None:
-        """Return once everything appended to `partition_log` so far is on disk."""
+    def sync(self, partition_log: Any) -> Awaitable[None]:
+        """Register a flush of everything appended to `partition_log` so far, now; the result
+        completes once it is on disk (registering before awaiting lets appends share a commit)."""
         key = id(partition_log)
         entry = self._pending.get(key)
         if entry is None:
             entry = (partition_log, asyncio.get_running_loop().create_future())
             self._pending[key] = entry
             self._wakeup.set()
-        await asyncio.shield(entry[1])
+        return asyncio.shield(entry[1])
 
     def request(self, partition_log: Any) -> None:
         """Schedule a flush without waiting for it (time-based policy)."""

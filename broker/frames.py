@@ -53,6 +53,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
+        self._out: list[bytes] = []
 
     # -- asyncio callbacks -------------------------------------------------------------------------
 
@@ -216,9 +217,18 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 self._spare = owner
 
     def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        if not self.transport.is_closing():
-            self.transport.write(data)
+        """Queue a response; responses queued in one turn of the event loop (a pipelining client's
+        answers) leave in one send at the end of it."""
+        self._out.append(data)
+        if len(self._out) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is above its high-water mark."""
@@ -234,5 +244,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return peer or ("?", 0)
 
     def close(self) -> None:
+        if self._out:
+            self._flush()  # answers already given still go out before the close
         if self.transport is not None:
             self.transport.close()

@@ -49,5 +49,7 @@ async def append_records(broker: Any, partition: Any, records: list[tuple[bytes,
                                   leader_epoch=partition.leader_epoch, now_ms=now_ms())
     if result.rolled:
         broker.segment_rolled(partition)
-    await broker.after_append(partition, wait=True)
+    flushed = broker.after_append(partition, wait=True)
+    if flushed is not None:
+        await flushed
     return result.first_offset

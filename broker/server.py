@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -207,16 +208,17 @@ class Broker:
 
     # -- appends --------------------------------------------------------------------------------
 
-    async def after_append(self, partition: Partition, *, wait: bool) -> None:
-        """Apply log.flush.interval.messages: crossing it forces an fsync the response waits for."""
+    def after_append(self, partition: Partition, *, wait: bool) -> Awaitable[None] | None:
+        """Apply log.flush.interval.messages: crossing it forces an fsync; with `wait`, returns what
+        the response must await (None when nothing is to be waited for, the common case)."""
         plog = partition.log
         partition.notify_append()
         if plog.unflushed_messages >= partition.topic.config.flush_messages:
             assert self.flusher is not None
             if wait:
-                await self.flusher.sync(plog)
-            else:
-                self.flusher.request(plog)
+                return self.flusher.sync(plog)
+            self.flusher.request(plog)
+        return None
 
     def segment_rolled(self, partition: Partition) -> None:
         """A rolled segment is complete: snapshot producer state (so a restart replays at most one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import io
 import struct
 import sys
@@ -74,7 +75,7 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
     if support == "unsupported-version":
         raise UnsupportedVersion(f"API key {api_key} version {api_version} is not supported", **ids)
     try:
-        req_cls = load_request_schema(api_key, api_version)
+        req_cls = request_class(api_key, api_version)
         header, used = entity_reader(req_cls.__header_schema__)(frame, 0)
         # Trailing bytes after the body are tolerated (librdkafka's Metadata quirk).
         body, _ = entity_reader(req_cls)(frame, used)
@@ -87,6 +88,13 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
     return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
 
 
+# kio resolves a schema by module path on every call; these run once per request, so cache them.
+@functools.cache
+def request_class(api_key: int, api_version: int) -> type:
+    return load_request_schema(api_key, api_version)
+
+
+@functools.cache
 def response_class(api_key: int, api_version: int) -> type:
     return load_response_schema(api_key, api_version)
 

@@ -128,8 +128,9 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
         responses.append({"name": getattr(td, "name", None), "topic_id": getattr(td, "topic_id", None),
                           "partition_responses": parts})
     # Register every partition's flush before awaiting any, so they share one group commit.
-    if appended:
-        await asyncio.gather(*(broker.after_append(p, wait=acks != 0) for p in appended))
+    flushes = [f for p in appended if (f := broker.after_append(p, wait=acks != 0)) is not None]
+    if flushes:
+        await asyncio.gather(*flushes)
     if acks == 0:
         if failed:
             # Kafka closes an acks=0 connection on error: it is the only signal such a producer gets.

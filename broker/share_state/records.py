@@ -5,6 +5,7 @@ A null value is a tombstone."""
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from dataclasses import dataclass
@@ -126,6 +127,7 @@ def decode_update(data: bytes) -> UpdateValue:
     return UpdateValue(snapshot_epoch, leader_epoch, start_offset, _read_dcc(r), batches)
 
 
+@functools.lru_cache(maxsize=65536)  # every state write asks, for the same few keys
 def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, num_partitions: int) -> int:
     """Kafka's placement: abs(javaHash("group:topicId:partition")) % partitions, where the topic id
     prints in Kafka's base64 form."""

@@ -199,3 +199,15 @@ async def test_drain_waits_for_resume_writing_and_connection_loss_wakes_everyone
     await asyncio.wait_for(waiter, 1)
     end = await asyncio.wait_for(reader, 1)
     assert isinstance(end, FrameEnd) and "reset by peer" in end.reason
+
+
+async def test_responses_written_in_one_turn_leave_in_one_send_and_close_flushes_them():
+    proto, transport, _ = make()
+    proto.write(b"one")
+    proto.write(b"two")
+    assert transport.written == []
+    await asyncio.sleep(0)
+    assert transport.written == [b"onetwo"]
+    proto.write(b"three")
+    proto.close()
+    assert transport.written == [b"onetwo", b"three"] and transport.closed
