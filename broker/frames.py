@@ -19,7 +19,7 @@ MIN_FRAME = 8  # api key, api version, correlation id
 _STAGING = 256 * 1024
 _LARGE = 64 * 1024  # frames above this get a buffer of their own
 _MAX_QUEUED = 16  # frames waiting for the connection task before reading pauses
-_MAX_SPARE = 8 << 20  # largest frame buffer kept for reuse
+_MAX_SPARE_BYTES = 8 << 20  # frame buffers kept for reuse, per connection
 _WRITE_HIGH_WATER = 1 << 20
 
 
@@ -44,9 +44,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._end = 0
         self._large: memoryview | None = None  # a large frame being filled from the socket
         self._large_got = 0
-        # A large frame's buffer, handed back once decoded: reusing it spares allocating and
-        # zero-filling (and page-faulting) a fresh megabyte for every produce request.
-        self._spare: bytearray | None = None
+        # Large frames' buffers, handed back once decoded: reusing them spares allocating and
+        # zero-filling (and page-faulting) a fresh megabyte for every produce request. A client
+        # that pipelines has the next frame arriving before the last is handed back, so several.
+        self._spares: list[bytearray] = []
         self._frames: deque[bytes | memoryview] = deque()
         self._end_state: FrameEnd | None = None
         self._frame_waiter: asyncio.Future[None] | None = None
@@ -122,12 +123,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 start += 4 + size
                 continue
             if size > _LARGE:
-                spare = self._spare
-                if spare is not None and len(spare) >= size:
-                    self._spare = None
-                else:
-                    spare = bytearray(size)
-                frame = memoryview(spare)[:size]
+                frame = memoryview(self._spare_for(size))[:size]
                 frame[:have] = view[start + 4:end]
                 self._large, self._large_got = frame, have
                 start = end
@@ -139,6 +135,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
             buf[:end - start] = view[start:end]
             start, end = 0, end - start
         self._start, self._end = start, end
+
+    def _spare_for(self, size: int) -> bytearray:
+        spares = self._spares
+        for i, spare in enumerate(spares):
+            if len(spare) >= size:
+                return spares.pop(i)
+        return bytearray(size)
 
     def _truncation(self) -> FrameEnd | None:
         if self._large is not None:
@@ -212,9 +215,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
             except BufferError:
                 return
             owner.append(0)
-            if len(owner) <= _MAX_SPARE and (
-                    self._spare is None or len(owner) > len(self._spare)):
-                self._spare = owner
+            kept = sum(len(b) for b in self._spares)
+            if kept + len(owner) <= _MAX_SPARE_BYTES:
+                self._spares.append(owner)
 
     def write(self, data: bytes) -> None:
         """Queue a response; responses queued in one turn of the event loop (a pipelining client's

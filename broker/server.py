@@ -17,6 +17,7 @@ from broker.frames import FrameProtocol
 from broker.groups.classic_coordinator import ClassicGroupCoordinator
 from broker.groups.coordinator import ShareGroupCoordinator
 from broker.groups.group_log import GroupLog
+from broker.memory import tune_allocator
 from broker.share.partitions import SharePartitions
 from broker.share_state.coordinator import ShareCoordinator
 from broker.structured_log import get_logger
@@ -269,6 +270,7 @@ class Broker:
 
 
 async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
+    tune_allocator()
     broker = Broker(config, ready_file=ready_file)
     await broker.start()
     stop = asyncio.Event()

@@ -139,7 +139,7 @@ async def test_recycle_keeps_a_buffer_someone_still_views():
     held = await proto.read_frame()
     inner = held[10:20]  # an export of the frame outlives the request
     proto.recycle(held)
-    assert proto._spare is None
+    assert proto._spares == []
     inner.release()
 
 

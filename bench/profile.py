@@ -1,0 +1,127 @@
+"""Profile the broker under one workload with py-spy and print where its time goes.
+
+    python -m bench.profile produce        # workload 3's producer: 1 KB records, acks=all, linger 5 ms
+    python -m bench.profile small          # 1-record Produce requests, 64 in flight: cost per request
+    python -m bench.profile share          # 4 ShareConsumers draining a 200k backlog
+
+Starts a fresh broker subprocess, attaches `py-spy record` to it (py-spy comes with the `bench`
+extra), runs the workload from separate processes, then prints the broker's CPU use and the
+functions with the most samples, by own time and including callees. The raw samples stay in
+bench/results/profile-<workload>.txt for other views (e.g. `py-spy`'s flame graphs)."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import clients
+from bench.run import PARTITIONS, SHARE_TOPIC, create_topic, run_for_result, share_drain
+from tests.support.broker_process import BrokerProcess
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _small_requests(bootstrap: str, topic: str, n: int) -> None:
+    from tests.integration import rawkafka as rk
+
+    with rk.RawClient(bootstrap, timeout=60) as c:
+        frames = []
+        for i in range(n):
+            c._corr += 1
+            req = rk.produce_request(topic, i % PARTITIONS, rk.encode_batch([rk.Rec(b"x" * 100)]), acks=1)
+            frames.append(rk.encode_request(req, c._corr))
+        sent = 0
+        for i in range(n):
+            while sent < min(n, i + 64):
+                c.send_bytes(frames[sent])
+                sent += 1
+            c.recv_frame()
+
+
+def _workload(name: str, bootstrap: str, records: int) -> str:
+    """Run it; return what was done, for the per-unit CPU figure."""
+    if name == "produce":
+        create_topic(bootstrap, "profile", PARTITIONS)
+        run_for_result(clients.produce_timed, bootstrap, "profile", records, 1024)
+        return f"{records:,} records of 1 KB"
+    if name == "small":
+        create_topic(bootstrap, "profile", PARTITIONS)
+        _small_requests(bootstrap, "profile", records)
+        return f"{records:,} requests"
+    create_topic(bootstrap, SHARE_TOPIC, PARTITIONS, share_group="profile-group")
+    run_for_result(clients.produce_backlog, bootstrap, SHARE_TOPIC, records, 100, PARTITIONS)
+    share_drain(bootstrap, records, 4, "profile-group", timeout=120)
+    return f"{records:,} records produced and share-consumed"
+
+
+def summarize(raw: Path, top: int = 25) -> list[str]:
+    own: collections.Counter[str] = collections.Counter()
+    total_incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        own[frames[-1]] += n
+        for f in set(frames):
+            total_incl[f] += n
+    if not total:
+        return ["no samples"]
+    out = [f"{total} samples", "", "own time:"]
+    out += [f"  {c / total * 100:5.1f}%  {f}" for f, c in own.most_common(top)]
+    out += ["", "including callees:"]
+    out += [f"  {c / total * 100:5.1f}%  {f}" for f, c in total_incl.most_common(top + 8)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workload", choices=["produce", "small", "share"])
+    ap.add_argument("--records", type=int, help="default: 600k (produce), 20k (small), 200k (share)")
+    ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    args = ap.parse_args(argv)
+    records = args.records or {"produce": 600_000, "small": 20_000, "share": 200_000}[args.workload]
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        sys.exit("py-spy is not installed: pip install -e '.[bench]'")
+    RESULTS.mkdir(exist_ok=True)
+    raw = RESULTS / f"profile-{args.workload}.txt"
+    with tempfile.TemporaryDirectory(prefix="sharebroker-profile-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "data").start()
+        try:
+            recorder = subprocess.Popen([spy, "record", "--format", "raw", "--rate", str(args.rate),
+                                         "--output", str(raw), "--pid", str(broker.proc.pid)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # py-spy attaches
+            cpu0, t0 = _cpu_seconds(broker.proc.pid), time.perf_counter()
+            done = _workload(args.workload, broker.bootstrap, records)
+            cpu, wall = _cpu_seconds(broker.proc.pid) - cpu0, time.perf_counter() - t0
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait(30)
+        finally:
+            broker.stop()
+    unit = records
+    print(f"{args.workload}: {done} in {wall:.2f} s; broker CPU {cpu:.2f} s "
+          f"({cpu / wall:.2f} cores, {cpu / unit * 1e6:.1f} µs per {'request' if args.workload == 'small' else 'record'}; "
+          "py-spy adds some)")
+    print("\n".join(summarize(raw)))
+
+
+if __name__ == "__main__":
+    main()
