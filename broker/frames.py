@@ -18,7 +18,8 @@ from typing import Any
 MIN_FRAME = 8  # api key, api version, correlation id
 _STAGING = 256 * 1024
 _LARGE = 64 * 1024  # frames above this get a buffer of their own
-_MAX_QUEUED = 16  # frames waiting for the connection task before reading pauses
+_MAX_QUEUED = 16  # frames waiting for the connection task before reading pauses...
+_MAX_QUEUED_BYTES = 8 << 20  # ...or bytes of them
 _MAX_SPARE_BYTES = 8 << 20  # frame buffers kept for reuse, per connection
 _WRITE_HIGH_WATER = 1 << 20
 
@@ -49,6 +50,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         # that pipelines has the next frame arriving before the last is handed back, so several.
         self._spares: list[bytearray] = []
         self._frames: deque[bytes | memoryview] = deque()
+        self._queued_bytes = 0
         self._end_state: FrameEnd | None = None
         self._frame_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
@@ -75,6 +77,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return self._view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._end_state is not None:  # after an invalid size nothing more is framed
+            return
         if self._large is not None:
             self._large_got += nbytes
             if self._large_got == len(self._large):
@@ -157,7 +161,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def _push(self, frame: bytes | memoryview) -> None:
         self._frames.append(frame)
-        if len(self._frames) >= _MAX_QUEUED and not self._reading_paused and self.transport is not None:
+        self._queued_bytes += len(frame)
+        if ((len(self._frames) >= _MAX_QUEUED or self._queued_bytes >= _MAX_QUEUED_BYTES)
+                and not self._reading_paused and self.transport is not None):
             self._reading_paused = True
             self.transport.pause_reading()
         self._wake_reader()
@@ -190,7 +196,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
             finally:
                 self._frame_waiter = None
         frame = self._frames.popleft()
-        if self._reading_paused and len(self._frames) < _MAX_QUEUED // 2 and self._end_state is None:
+        self._queued_bytes -= len(frame)
+        if (self._reading_paused and len(self._frames) < _MAX_QUEUED // 2
+                and self._queued_bytes < _MAX_QUEUED_BYTES // 2 and self._end_state is None):
             self._reading_paused = False
             assert self.transport is not None
             self.transport.resume_reading()

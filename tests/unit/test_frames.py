@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from broker.frames import _LARGE, _MAX_QUEUED, FrameEnd, FrameProtocol
+from broker.frames import _LARGE, _MAX_QUEUED, _MAX_QUEUED_BYTES, FrameEnd, FrameProtocol
 
 
 class FakeTransport:
@@ -151,11 +151,24 @@ async def test_reading_pauses_while_frames_queue_up_and_resumes_as_they_are_take
     assert not transport.paused
 
 
+async def test_reading_pauses_on_queued_bytes_too():
+    proto, transport, _ = make()
+    big = payload(1, _MAX_QUEUED_BYTES // 3 + 1)
+    for _ in range(2):
+        feed(proto, frame(big), [1 << 20])
+    assert not transport.paused
+    feed(proto, frame(big), [1 << 20])
+    assert transport.paused  # three frames, but more bytes than allowed
+    await drain(proto, 2)
+    assert not transport.paused
+
+
 @pytest.mark.parametrize("size", [-5, 0, 7, (100 << 20) + 1])
 async def test_invalid_size_ends_the_stream_after_the_frames_before_it(size):
     proto, transport, _ = make()
     good = payload(1, 30)
     feed(proto, frame(good) + struct.pack(">i", size) + b"\0" * 16, [1 << 16])
+    feed(proto, frame(payload(2, 30)), [1 << 16])  # arriving before the pause took effect
     assert await drain(proto, 1) == [good]
     end = await proto.read_frame()
     assert isinstance(end, FrameEnd) and end.reason == "invalid frame size"
