@@ -82,8 +82,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self._large is not None:
             self._large_got += nbytes
             if self._large_got == len(self._large):
-                self._push(self._large.toreadonly())  # kio reads read-only buffers only
-                self._large.release()
+                self._push(self._large)  # writable: a Produce request's offsets are stamped in place
                 self._large = None
             return
         self._end += nbytes

@@ -24,8 +24,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from protocol.api_table import is_supported
+from protocol.produce_request import decode_produce_body
 
 _HEADER_PREFIX = struct.Struct(">hhi")
+PRODUCE = 0
 _SIZE = struct.Struct(">i")
 
 
@@ -66,7 +68,8 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 
 def decode_request(frame: bytes | memoryview) -> DecodedRequest:
-    """Decode one request frame (the bytes after the size prefix)."""
+    """Decode one request frame (the bytes after the size prefix). A Produce request's records
+    are views into `frame` (see protocol.produce_request); all else is decoded by kio."""
     api_key, api_version, correlation_id = peek_header(frame)
     ids = {"api_key": api_key, "api_version": api_version, "correlation_id": correlation_id}
     support = is_supported(api_key, api_version)
@@ -76,9 +79,14 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
         raise UnsupportedVersion(f"API key {api_key} version {api_version} is not supported", **ids)
     try:
         req_cls = request_class(api_key, api_version)
-        header, used = entity_reader(req_cls.__header_schema__)(frame, 0)
+        # kio reads read-only buffers only
+        readable = frame.toreadonly() if isinstance(frame, memoryview) and not frame.readonly else frame
+        header, used = entity_reader(req_cls.__header_schema__)(readable, 0)
         # Trailing bytes after the body are tolerated (librdkafka's Metadata quirk).
-        body, _ = entity_reader(req_cls)(frame, used)
+        if api_key == PRODUCE:
+            body = decode_produce_body(frame, used, api_version)
+        else:
+            body, _ = entity_reader(req_cls)(readable, used)
     except KeyError as exc:  # kio: "Unknown tagged field tag: N"
         raise FrameError(f"undecodable request: {exc}", **ids) from None
     except (ValueError, IndexError, TypeError, OverflowError, UnicodeDecodeError, RuntimeError) as exc:

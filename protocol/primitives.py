@@ -73,8 +73,9 @@ class Writer:
 
 
 class Reader:
-    def __init__(self, data: bytes, pos: int = 0) -> None:
-        self.data = bytes(data)
+    def __init__(self, data: bytes | bytearray | memoryview, pos: int = 0) -> None:
+        # A memoryview is read in place (see `view`); other buffers are copied once.
+        self.data = data if isinstance(data, (bytes, memoryview)) else bytes(data)
         self.pos = pos
 
     def _take(self, s: struct.Struct) -> int:
@@ -105,6 +106,10 @@ class Reader:
             shift += 7
 
     def raw(self, n: int) -> bytes:
+        return bytes(self.view(n))
+
+    def view(self, n: int) -> bytes | memoryview:
+        """The next `n` bytes: a slice of the data, so a view (no copy) when reading a memoryview."""
         if n < 0 or self.pos + n > len(self.data):
             raise ValueError("truncated record")
         out = self.data[self.pos:self.pos + n]

@@ -348,7 +348,7 @@ def iter_batch_headers(buf: bytes | bytearray | memoryview, start: int = 0) -> B
     return BatchWalk(buf, start)
 
 
-def assign_offsets(buf: bytearray, headers: Sequence[BatchHeader], base_offset: int, leader_epoch: int, *,
+def assign_offsets(buf: bytearray | memoryview, headers: Sequence[BatchHeader], base_offset: int, leader_epoch: int, *,
                    log_append_time_ms: int | None = None) -> int:
     """Rewrite baseOffset and partitionLeaderEpoch of each batch in place (outside the CRC, so the
     CRC stays valid) and update `headers` to match; return the next offset to assign.

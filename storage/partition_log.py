@@ -204,7 +204,7 @@ class PartitionLog:
 
     # -- append ---------------------------------------------------------------------------------
 
-    def append(self, buf: bytearray, headers: Sequence[BatchHeader], *, leader_epoch: int, now_ms: int,
+    def append(self, buf: bytearray | memoryview, headers: Sequence[BatchHeader], *, leader_epoch: int, now_ms: int,
                log_append_time: bool = False) -> AppendResult:
         """Assign offsets to the batches in `buf` (parsed into `headers`, which must cover it
         exactly) and append it with one write, rolling the segment first when segment.bytes,

@@ -371,7 +371,7 @@ class LogSegment:
 
     # -- appending ------------------------------------------------------------------------------
 
-    def append(self, buf: bytes | bytearray, headers: Sequence[BatchHeader], config: LogConfig) -> None:
+    def append(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], config: LogConfig) -> None:
         """Write `buf` (whole batches, offsets assigned) at the end with one write, then index it.
         A failed write is rolled back so the file never keeps a partial append."""
         start = self.size

@@ -25,7 +25,8 @@ class ProduceError(Exception):
         self.message = message
 
 
-def _append_one(broker: Any, partition: Any, records: bytes | None, version: int, now: int) -> dict[str, Any]:
+def _append_one(broker: Any, partition: Any, records: bytes | memoryview | None, version: int,
+                now: int) -> dict[str, Any]:
     """Validate and append one partition's batch; the response entry (without index)."""
     plog = partition.log
     topic = partition.topic
@@ -55,7 +56,9 @@ def _append_one(broker: Any, partition: Any, records: bytes | None, version: int
                      partition=partition.index, producer_id=pid, sequence=batch.base_sequence, offset=dup.first_offset)
             return {"error_code": ErrorCode.none, "base_offset": dup.first_offset,
                     "log_start_offset": plog.log_start_offset}
-    result = plog.append(bytearray(records), headers, leader_epoch=partition.leader_epoch, now_ms=now,
+    # A large request's records are a writable view of its frame: offsets go in there, no copy.
+    buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
+    result = plog.append(buf, headers, leader_epoch=partition.leader_epoch, now_ms=now,
                          log_append_time=log_append_time)
     if result.rolled:
         broker.segment_rolled(partition)
