@@ -68,8 +68,9 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 
 def decode_request(frame: bytes | memoryview) -> DecodedRequest:
-    """Decode one request frame (the bytes after the size prefix). A Produce request's records
-    are views into `frame` (see protocol.produce_request); all else is decoded by kio."""
+    """Decode one request frame (the bytes after the size prefix). When `frame` is a writable
+    view, a Produce request's records are views into it (see protocol.produce_request); all else
+    is decoded by kio."""
     api_key, api_version, correlation_id = peek_header(frame)
     ids = {"api_key": api_key, "api_version": api_version, "correlation_id": correlation_id}
     support = is_supported(api_key, api_version)
@@ -83,7 +84,9 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
         readable = frame.toreadonly() if isinstance(frame, memoryview) and not frame.readonly else frame
         header, used = entity_reader(req_cls.__header_schema__)(readable, 0)
         # Trailing bytes after the body are tolerated (librdkafka's Metadata quirk).
-        if api_key == PRODUCE:
+        if api_key == PRODUCE and readable is not frame:
+            # A large frame, received into a writable buffer of its own: take its records as
+            # views rather than copies. Small frames are faster through kio's native reader.
             body = decode_produce_body(frame, used, api_version)
         else:
             body, _ = entity_reader(req_cls)(readable, used)
