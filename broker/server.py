@@ -4,6 +4,7 @@ timers (retention, time-based flush, producer-id expiry)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import time
@@ -273,6 +274,9 @@ async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
     tune_allocator()
     broker = Broker(config, ready_file=ready_file)
     await broker.start()
+    # What start-up made (modules, kio's schema classes, loaded state) lives as long as the
+    # process: keep it out of the collector's full passes, which took ~20 ms under load with it.
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
