@@ -11,6 +11,7 @@ group join) is not. Each figure is the median of `--runs` runs (at least 3) with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import platform
@@ -20,7 +21,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from confluent_kafka.admin import (
     AdminClient,
@@ -178,22 +180,29 @@ def w1_share_backlog(scale: dict, runs: int) -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def mock_cluster(topic: str) -> Iterator[str]:
+    """librdkafka's mock cluster in its own process with `topic` created; yields its bootstrap."""
+    q, stop = CTX.Queue(), CTX.Event()
+    mock = child(clients.mock_cluster, topic, PARTITIONS, q, stop)
+    try:
+        info = q.get(timeout=30)
+        if "error" in info:
+            raise RuntimeError(info["error"])
+        yield info["bootstrap"]
+    finally:
+        stop.set()
+        reap([mock], 10)
+
+
 def peer_mock(scale: dict, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {"by_backlog": {}}
     for n in scale["mock_backlogs"]:
         rates, rates_start = [], []
         for r in range(runs):
-            q, stop = CTX.Queue(), CTX.Event()
-            mock = child(clients.mock_cluster, SHARE_TOPIC, PARTITIONS, q, stop)
-            try:
-                info = q.get(timeout=30)
-                if "error" in info:
-                    raise RuntimeError(info["error"])
-                run_for_result(clients.produce_backlog, info["bootstrap"], SHARE_TOPIC, n, 100, PARTITIONS)
-                res = share_drain(info["bootstrap"], n, 4, "bench-share-group", timeout=120)
-            finally:
-                stop.set()
-                reap([mock], 10)
+            with mock_cluster(SHARE_TOPIC) as bootstrap:
+                run_for_result(clients.produce_backlog, bootstrap, SHARE_TOPIC, n, 100, PARTITIONS)
+                res = share_drain(bootstrap, n, 4, "bench-share-group", timeout=120)
             rates.append(res["rate"])
             rates_start.append(res["rate_from_start"])
             print(f"  mock backlog {n:>7,} run {r + 1}: {res['rate']:>10,.0f} rec/s", flush=True)
@@ -209,16 +218,8 @@ def peer_mock_produce(scale: dict, runs: int, size: int = 1024) -> dict[str, Any
     n = scale["produce_records"]
     mbs = []
     for r in range(runs):
-        q, stop = CTX.Queue(), CTX.Event()
-        mock = child(clients.mock_cluster, "bench-produce", PARTITIONS, q, stop)
-        try:
-            info = q.get(timeout=30)
-            if "error" in info:
-                raise RuntimeError(info["error"])
-            res = run_for_result(clients.produce_timed, info["bootstrap"], "bench-produce", n, size)
-        finally:
-            stop.set()
-            reap([mock], 10)
+        with mock_cluster("bench-produce") as bootstrap:
+            res = run_for_result(clients.produce_timed, bootstrap, "bench-produce", n, size)
         mbs.append(n * size / res["elapsed"] / 1e6)
         print(f"  mock produce run {r + 1}: {mbs[-1]:.1f} MB/s", flush=True)
     return {"record_bytes": size, "records": n, "mb_per_s": summarize(mbs)}

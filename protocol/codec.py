@@ -27,8 +27,8 @@ from protocol.api_table import is_supported
 from protocol.produce_request import decode_produce_body
 
 _HEADER_PREFIX = struct.Struct(">hhi")
-PRODUCE = 0
 _SIZE = struct.Struct(">i")
+PRODUCE = 0
 
 
 class FrameError(Exception):
@@ -80,11 +80,11 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
         raise UnsupportedVersion(f"API key {api_key} version {api_version} is not supported", **ids)
     try:
         req_cls = request_class(api_key, api_version)
-        # kio reads read-only buffers only
-        readable = frame.toreadonly() if isinstance(frame, memoryview) and not frame.readonly else frame
+        writable = isinstance(frame, memoryview) and not frame.readonly
+        readable = frame.toreadonly() if writable else frame  # kio reads read-only buffers only
         header, used = entity_reader(req_cls.__header_schema__)(readable, 0)
         # Trailing bytes after the body are tolerated (librdkafka's Metadata quirk).
-        if api_key == PRODUCE and readable is not frame:
+        if api_key == PRODUCE and writable:
             # A large frame, received into a writable buffer of its own: take its records as
             # views rather than copies. Small frames are faster through kio's native reader.
             body = decode_produce_body(frame, used, api_version)
