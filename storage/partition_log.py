@@ -72,6 +72,11 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _corrupt(seg: LogSegment, torn: TornBatch, offset: int) -> CorruptLogError:
+    return CorruptLogError(f"{seg.log_path}: {torn}", path=str(seg.log_path), position=torn.position,
+                           reason=torn.reason, offset=offset)
+
+
 class PartitionLog:
     """The log of one topic-partition. Use `PartitionLog.open` (or LogManager)."""
 
@@ -272,10 +277,12 @@ class PartitionLog:
     # -- read -----------------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True) -> ReadResult:
+             min_one_batch: bool = True, through_offset: int | None = None) -> ReadResult:
         """Whole batches from the one containing `offset` (which may start before it), at most
         `max_bytes` in total (but the first batch whole even if larger, with min_one_batch), each
-        ending before `max_offset` (default: the high watermark), continuing across segments."""
+        ending before `max_offset` (default: the high watermark), continuing across segments.
+        With `through_offset`, the read ends with the batch that holds that offset: a reader that
+        needs a few records never walks (and copies) a megabyte of small batches."""
         if self._closed:
             raise LogClosedError(f"log {self.path.name} is closed")
         leo = self.log_end_offset
@@ -313,15 +320,18 @@ class PartitionLog:
                     end = pos + size
                     total += size
                     next_offset = last + 1
-                    if total >= max_bytes or next_offset >= limit:
+                    if total >= max_bytes or next_offset >= limit or (
+                            through_offset is not None and last >= through_offset):
                         done = True
                         break
             except TornBatch as torn:
-                raise CorruptLogError(f"{seg.log_path}: {torn}") from None
+                raise _corrupt(seg, torn, target) from None
             if start >= 0:
                 data = os.pread(seg.fd, end - start, start)
                 if len(data) != end - start:
-                    raise CorruptLogError(f"short read from {seg.log_path}")
+                    raise CorruptLogError(f"short read from {seg.log_path} at position {start}",
+                                          path=str(seg.log_path), position=start, reason="short read",
+                                          offset=target)
                 parts.append(data)
             i += 1
             target = next_offset
@@ -351,7 +361,7 @@ class PartitionLog:
                         if ts >= timestamp_ms and offset >= lso:
                             return offset, ts
             except TornBatch as torn:
-                raise CorruptLogError(f"{seg.log_path}: {torn}") from None
+                raise _corrupt(seg, torn, -1) from None
         return None
 
     def max_timestamp(self) -> tuple[int, int]:
@@ -375,7 +385,7 @@ class PartitionLog:
                                 return ts, offset
                     break
         except TornBatch as torn:
-            raise CorruptLogError(f"{best.log_path}: {torn}") from None
+            raise _corrupt(best, torn, -1) from None
         return ts, off
 
     @staticmethod

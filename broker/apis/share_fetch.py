@@ -66,6 +66,17 @@ async def _fetch(broker: Any, group_id: str, member_id: str, session: Any, body:
     per_partition_bytes = max(1, min(body.max_bytes // len(leaders), _READ_CAP_BYTES))
     deadline = time.monotonic() + max(body.max_wait.total_seconds(), 0.0)
     while True:
+        gone = [entry for entry in leaders if entry[2].fenced]
+        for key, _, leader in gone:
+            # Dropped while this fetch waited (topic deleted, state fenced): answer its error now.
+            partition, code, message = resolve_partition(broker, *key)
+            e = entries.setdefault(key, _entry(broker, key[1], partition))
+            if code is None:
+                code, message = ErrorCode.not_leader_or_follower, "The share partition leader was unloaded."
+            e.update(error_code=code, error_message=message)
+            leaders.remove((key, _, leader))
+        if not leaders:
+            return
         remaining = body.max_records
         got_any = False
         for key, partition, leader in leaders:

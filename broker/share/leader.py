@@ -6,25 +6,31 @@ acquisition-lock timer, and wakes waiting ShareFetch requests when records becom
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.flusher import now_ms
+from broker.clock import Clock, TimerHandle
 from broker.share.partition import (
     AcquiredRange,
     AcquireMode,
     LogBatch,
     PersistedBatch,
     ShareError,
+    ShareLimits,
     SharePartition,
     StateWrite,
 )
+from broker.share_state.persister import Persister
 from broker.share_state.store import PersisterError, StateBatch
 from broker.structured_log import get_logger
 from protocol.record_batch import iter_batch_headers
 from storage import OffsetOutOfRange
+
+if TYPE_CHECKING:
+    from broker.topics import Partition
 
 log = get_logger("sharebroker.share")
 
@@ -55,9 +61,28 @@ class Acquisition:
     acquired: list[AcquiredRange]
 
 
+class OffsetReset(Protocol):
+    def timestamp(self, now_ms: int) -> int: ...
+
+
+class LeaderHost(Protocol):
+    """What a leader needs from the registry that owns it (SharePartitions)."""
+
+    def limits(self, group_id: str) -> ShareLimits: ...
+
+    def auto_offset_reset(self, group_id: str) -> OffsetReset: ...
+
+    def wake(self, leader: SharePartitionLeader) -> None: ...
+
+    def drop(self, leader: SharePartitionLeader) -> None: ...
+
+
 class SharePartitionLeader:
-    def __init__(self, owner: Any, group_id: str, partition: Any) -> None:
-        self.owner = owner  # SharePartitions: persister, group configs, wake-ups
+    def __init__(self, host: LeaderHost, persister: Persister, clock: Clock, group_id: str,
+                 partition: Partition) -> None:
+        self.owner = host
+        self.persister = persister
+        self.clock = clock
         self.group_id = group_id
         self.partition = partition
         self.topic_id = partition.topic.topic_id
@@ -65,8 +90,9 @@ class SharePartitionLeader:
         self.state_epoch = 0
         self._loading: asyncio.Future[None] | None = None
         self._fetch_lock = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.fenced = False
 
     @property
@@ -94,9 +120,8 @@ class SharePartitionLeader:
         return self.sp
 
     async def _load(self) -> None:
-        persister = self.owner.persister
         try:
-            state = await persister.read(self.group_id, self.topic_id, self.partition.index, self.partition.leader_epoch)
+            state = await self.persister.read(self.group_id, self.topic_id, self.partition.index, self.partition.leader_epoch)
         except PersisterError as exc:
             raise _map_persister_error(exc) from None
         start = state.start_offset
@@ -124,7 +149,7 @@ class SharePartitionLeader:
         """share.auto.offset.reset for a partition whose start offset was never persisted."""
         plog = self.partition.log
         reset = self.owner.auto_offset_reset(self.group_id)
-        ts = reset.timestamp(now_ms())
+        ts = reset.timestamp(self.clock.wall_ms())
         if ts == LATEST:
             return plog.high_watermark
         if ts == EARLIEST:
@@ -141,15 +166,15 @@ class SharePartitionLeader:
         limits = self.owner.limits(self.group_id)
         batches = [StateBatch(b.first_offset, b.last_offset, int(b.state), b.delivery_count) for b in write.batches]
         try:
-            await self.owner.persister.write(
+            await self.persister.write(
                 self.group_id, self.topic_id, self.partition.index, state_epoch=self.state_epoch,
                 leader_epoch=self.partition.leader_epoch, start_offset=write.start_offset,
                 delivery_complete_count=write.delivery_complete_count, batches=batches)
         except PersisterError as exc:
             if write.kind == "expiry" or ignore_failure:
-                sp.commit(write, now_ms=now_ms())
+                sp.commit(write, now_ms=self.clock.monotonic_ms())
             else:
-                sp.rollback(write, limits=limits, now_ms=now_ms())
+                sp.rollback(write, limits=limits, now_ms=self.clock.monotonic_ms())
             self._after_change()
             mapped = _map_persister_error(exc)
             if mapped.code == ErrorCode.not_leader_or_follower:
@@ -160,7 +185,7 @@ class SharePartitionLeader:
             if write.kind != "expiry" and not ignore_failure:
                 raise mapped from None
             return
-        sp.commit(write, now_ms=now_ms())
+        sp.commit(write, now_ms=self.clock.monotonic_ms())
         self._after_change()
 
     def _after_change(self) -> None:
@@ -193,7 +218,8 @@ class SharePartitionLeader:
             if offset >= plog.high_watermark:
                 return Acquisition(b"", [])
             try:
-                read = plog.read(offset, max(max_bytes, 1), max_offset=plog.high_watermark, min_one_batch=True)
+                read = plog.read(offset, max(max_bytes, 1), max_offset=plog.high_watermark, min_one_batch=True,
+                                 through_offset=sp.read_through(offset, max_records, limits))
                 break
             except OffsetOutOfRange:
                 sp.move_log_start(plog.log_start_offset)  # records deleted under us: skip ahead
@@ -205,7 +231,7 @@ class SharePartitionLeader:
         headers = list(iter_batch_headers(data))
         batches = [LogBatch(h.base_offset, h.last_offset) for h in headers]
         acquired = sp.acquire(member_id, batches, max_records=max_records, batch_size=batch_size, mode=mode,
-                              limits=limits, now_ms=now_ms(), fetch_offset=offset)
+                              limits=limits, now_ms=self.clock.monotonic_ms(), fetch_offset=offset)
         if not acquired:
             return Acquisition(b"", [])
         self._arm_timer()
@@ -229,7 +255,7 @@ class SharePartitionLeader:
         self._expire_due()
         limits = self.owner.limits(self.group_id)
         try:
-            write = sp.acknowledge(member_id, batches, limits=limits, now_ms=now_ms(), is_renew=is_renew)
+            write = sp.acknowledge(member_id, batches, limits=limits, now_ms=self.clock.monotonic_ms(), is_renew=is_renew)
         except ShareError as exc:
             raise LeaderError(ErrorCode(exc.code), exc.message) from None
         if write is None:
@@ -240,7 +266,7 @@ class SharePartitionLeader:
     async def release_member(self, member_id: str) -> None:
         if self.sp is None:
             return
-        write = self.sp.release_member(member_id, limits=self.owner.limits(self.group_id), now_ms=now_ms())
+        write = self.sp.release_member(member_id, limits=self.owner.limits(self.group_id), now_ms=self.clock.monotonic_ms())
         if write is not None:
             try:
                 await self._persist(write)
@@ -254,7 +280,7 @@ class SharePartitionLeader:
         if sp is None:
             return
         deadline = sp.next_lock_deadline()
-        if deadline is not None and deadline <= now_ms():
+        if deadline is not None and deadline <= self.clock.monotonic_ms():
             self._on_timer()
 
     def _arm_timer(self) -> None:
@@ -269,9 +295,7 @@ class SharePartitionLeader:
             self._timer = None
         self._timer_at = deadline
         if deadline is not None:
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, (deadline - now_ms()) / 1000)
-            self._timer = loop.call_at(loop.time() + delay, self._on_timer)
+            self._timer = self.clock.call_at(deadline, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -279,13 +303,26 @@ class SharePartitionLeader:
         sp = self.sp
         if sp is None or self.fenced:
             return
-        write = sp.expire_locks(limits=self.owner.limits(self.group_id), now_ms=now_ms())
+        write = sp.expire_locks(limits=self.owner.limits(self.group_id), now_ms=self.clock.monotonic_ms())
         if write is None:
             self._arm_timer()
             return
-        asyncio.get_running_loop().create_task(self._persist(write))
+        self._spawn(self._persist(write))
         self._arm_timer()
         self.owner.wake(self)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a background write, keeping a reference and logging (never losing) its failure."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("share state background write failed", group=self.group_id,
+                      topic=self.partition.topic.name, partition=self.partition.index,
+                      error=f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         if self._timer is not None:

@@ -357,6 +357,14 @@ class SharePartition:
             return True
         return self.in_flight_count() < limits.max_in_flight_records
 
+    def read_through(self, fetch_offset: int, max_records: int, limits: ShareLimits) -> int:
+        """The last offset an acquisition from ``fetch_offset`` can use: the log read stops at the
+        batch holding it, so the cost of a fetch follows MaxRecords, never the backlog behind it.
+        Records past it that a fuller read would have offered (available ones behind acquired
+        ones) go to the next fetch; MaxRecords is a soft limit either way."""
+        max_n, _ = self._acquire_window(fetch_offset, max_records, fetch_offset + max_records, limits)
+        return fetch_offset + max(max_n, 1) - 1
+
     # ---- acquisition ---------------------------------------------------------------------------
 
     def acquire(self, member_id: str, batches: Sequence[LogBatch], *, max_records: int, batch_size: int,
@@ -651,7 +659,7 @@ class SharePartition:
             raise
         if not txn.pieces:
             return None
-        return StateWrite(self.start_offset, self.delivery_complete_count, _coalesce_batches(out), "acknowledge", txn)
+        return StateWrite(*self._settled_start(txn), _coalesce_batches(out), "acknowledge", txn)
 
     def _acknowledge_batch(self, member_id: str, first: int, last: int, types: list[int], txn: Txn,
                            out: list[PersistedBatch], limits: ShareLimits, now_ms: int) -> None:
@@ -773,7 +781,7 @@ class SharePartition:
             i += 1
         if not txn.pieces:
             return None
-        return StateWrite(self.start_offset, self.delivery_complete_count, _coalesce_batches(out), "release", txn)
+        return StateWrite(*self._settled_start(txn), _coalesce_batches(out), "release", txn)
 
     # ---- lock expiry ---------------------------------------------------------------------------
 
@@ -795,7 +803,7 @@ class SharePartition:
         if not out:
             return None
         m.coalesce(lo, hi)
-        return StateWrite(self.start_offset, self.delivery_complete_count, _coalesce_batches(out), "expiry")
+        return StateWrite(*self._settled_start(None), _coalesce_batches(out), "expiry")
 
     def _expire_piece(self, i: int, limits: ShareLimits) -> list[Piece]:
         """Move piece i out of ACQUIRED after its lock expired (split at SPSO if needed)."""
@@ -969,16 +977,47 @@ class SharePartition:
 
     def _maybe_advance(self) -> bool:
         """Advance SPSO over the terminal prefix of the cache and prune it (spec 5.8)."""
+        step = self._advance_step(None)
+        if step is None:
+            return False
+        j, new, removed_terminal = step
+        m = self._map
+        if j == len(m):
+            self.start_offset = self.end_offset = new
+            m.clear()
+            self.delivery_complete_count = 0
+            self._gap_end = None
+            return True
+        self.delivery_complete_count -= removed_terminal
+        m.remove_prefix(j)
+        self.start_offset = new
+        return True
+
+    def _settled_start(self, txn: Txn | None) -> tuple[int, int]:
+        """(SPSO, deliveryCompleteCount) as they will be once ``txn`` commits: what its write
+        persists, so the persisted start offset moves with the acknowledgement that moves it."""
+        step = self._advance_step(txn)
+        if step is None:
+            return self.start_offset, self.delivery_complete_count
+        j, new, removed_terminal = step
+        if j == len(self._map):
+            return new, 0
+        return new, self.delivery_complete_count - removed_terminal
+
+    def _advance_step(self, txn: Txn | None) -> tuple[int, int, int] | None:
+        """(pieces to prune, new SPSO, terminal records passed) for the terminal prefix at SPSO,
+        counting the pieces in transition under ``txn`` as committed; None when SPSO stays.
+        Amortised O(1): the pieces it walks are pruned when the advance is applied."""
         m = self._map
         if not m:
-            return False
+            return None
         spso = self.start_offset
         i = m.floor_index(spso)
         if i < 0:
-            return False  # a persister gap at SPSO
+            return None  # a persister gap at SPSO
         p = m.pieces[i]
-        if p.txn is not None or p.state not in TERMINAL_STATES:
-            return False
+        if (p.txn is not None and p.txn is not txn) or p.state not in TERMINAL_STATES:
+            return None
         gap = self._gap_start if self._gap_active() else None
         pieces = m.pieces
         n = len(pieces)
@@ -988,30 +1027,23 @@ class SharePartition:
             p = pieces[j]
             if gap is not None and p.blast >= gap:
                 break
-            if p.txn is not None or p.state not in TERMINAL_STATES:
+            if (p.txn is not None and p.txn is not txn) or p.state not in TERMINAL_STATES:
                 break
             if p.last >= spso:
                 removed_terminal += p.last - max(p.first, spso) + 1
             j += 1
         if j == 0:
-            return False
+            return None
         last_done = pieces[j - 1]
         if j == n:
-            self.start_offset = self.end_offset = max(spso, last_done.last + 1)
-            m.clear()
-            self.delivery_complete_count = 0
-            self._gap_end = None
-            return True
+            return j, max(spso, last_done.last + 1), removed_terminal
         if last_done.last == last_done.blast:
             new = max(spso, pieces[j].first)
             if gap is not None:
                 new = max(spso, min(gap, new))
         else:
             new = max(spso, last_done.last + 1)
-        self.delivery_complete_count -= removed_terminal
-        m.remove_prefix(j)
-        self.start_offset = new
-        return True
+        return j, new, removed_terminal
 
     # ---- helpers -------------------------------------------------------------------------------
 

@@ -7,8 +7,10 @@ import asyncio
 import uuid
 from typing import Any
 
-from broker.share.leader import SharePartitionLeader
+from broker.clock import Clock, LoopClock
+from broker.share.leader import OffsetReset, SharePartitionLeader
 from broker.share.partition import ShareLimits
+from broker.share_state.persister import Persister
 from broker.share.sessions import ShareSession, ShareSessionCache
 from broker.structured_log import get_logger
 
@@ -18,9 +20,10 @@ LeaderKey = tuple[str, uuid.UUID, int]
 
 
 class SharePartitions:
-    def __init__(self, broker: Any, persister: Any) -> None:
+    def __init__(self, broker: Any, persister: Persister, clock: Clock | None = None) -> None:
         self.broker = broker
         self.persister = persister
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self.leaders: dict[LeaderKey, SharePartitionLeader] = {}
         self.sessions = ShareSessionCache(broker.config["group.share.max.share.sessions"])
         self._waiters: dict[LeaderKey, set[asyncio.Future[None]]] = {}
@@ -30,7 +33,7 @@ class SharePartitions:
     def limits(self, group_id: str) -> ShareLimits:
         return self.broker.share_groups.limits(group_id)
 
-    def auto_offset_reset(self, group_id: str) -> Any:
+    def auto_offset_reset(self, group_id: str) -> OffsetReset:
         return self.broker.share_groups.auto_offset_reset(group_id)
 
     # -- leaders ---------------------------------------------------------------------------------
@@ -39,7 +42,7 @@ class SharePartitions:
         key = (group_id, partition.topic.topic_id, partition.index)
         leader = self.leaders.get(key)
         if leader is None:
-            leader = SharePartitionLeader(self, group_id, partition)
+            leader = SharePartitionLeader(self, self.persister, self.clock, group_id, partition)
             self.leaders[key] = leader
         return leader
 

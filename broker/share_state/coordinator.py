@@ -11,9 +11,11 @@ for a while get a fresh snapshot first, so the topic stays bounded under a stead
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -25,11 +27,11 @@ from broker.share_state.store import (
     Key,
     PersisterError,
     ReadResult,
-    ShareGroupOffset,
     ShareStateStore,
+    SnapshotValue,
     StateBatch,
+    StateRecord,
     Summary,
-    merge_batches,
 )
 from broker.structured_log import get_logger
 
@@ -53,6 +55,8 @@ class ShareCoordinator:
         self._draining: set[int] = set()
         self._snapshot_offsets: dict[Key, int] = {}   # offset of each key's newest snapshot record
         self._snapshot_times: dict[Key, int] = {}
+        self._key_locks: dict[Key, asyncio.Lock] = {}
+        self._key_users: dict[Key, int] = {}
         self._pruner: asyncio.Task[None] | None = None
         self.replay_ms = 0.0
 
@@ -81,35 +85,19 @@ class ShareCoordinator:
                  replay_ms=round(self.replay_ms, 1))
 
     def _replay(self, offset: int, key_bytes: bytes, value: bytes | None) -> None:
-        record_type, group_id, topic_id, partition = rec.decode_key(key_bytes)
-        key = (group_id, topic_id, partition)
-        states = self.store.states
-        if value is None:
-            states.pop(key, None)
+        record = rec.decode_record(key_bytes, value)
+        self.store.apply(record)
+        self._track(record, offset)
+
+    def _track(self, record: StateRecord, offset: int) -> None:
+        """Remember where each key's newest snapshot is (pruning keeps it)."""
+        key = record.key
+        if record.value is None:
             self._snapshot_offsets.pop(key, None)
-            return
-        if record_type == rec.SNAPSHOT:
-            v = rec.decode_snapshot(value)
-            states[key] = ShareGroupOffset(v.snapshot_epoch, v.state_epoch, v.leader_epoch, v.start_offset,
-                                           v.delivery_complete_count, v.create_timestamp, v.write_timestamp,
-                                           list(v.batches))
+            self._snapshot_times.pop(key, None)
+        elif isinstance(record.value, SnapshotValue):
             self._snapshot_offsets[key] = offset
-            self._snapshot_times[key] = v.write_timestamp
-        elif record_type == rec.UPDATE:
-            cur = states.get(key)
-            if cur is None:
-                return  # its snapshot was pruned with a tombstone after it
-            u = rec.decode_update(value)
-            new_start = cur.start_offset if u.start_offset == -1 else max(cur.start_offset, u.start_offset)
-            if u.delivery_complete_count != -1:
-                if u.start_offset == cur.start_offset:
-                    cur.delivery_complete_count = max(cur.delivery_complete_count, u.delivery_complete_count)
-                elif u.start_offset > cur.start_offset:
-                    cur.delivery_complete_count = u.delivery_complete_count
-            cur.batches = merge_batches(cur.batches, list(u.batches), new_start)
-            cur.start_offset = new_start
-            cur.leader_epoch = max(cur.leader_epoch, u.leader_epoch)
-            cur.updates_since_snapshot += 1
+            self._snapshot_times[key] = record.value.write_timestamp
 
     # -- appends ---------------------------------------------------------------------------------
 
@@ -160,13 +148,32 @@ class ShareCoordinator:
             if not fut.done():
                 fut.set_exception(PersisterError(ErrorCode.unknown_server_error, f"share state append failed: {exc}"))
 
-    async def _write_snapshot(self, key: Key, state: ShareGroupOffset) -> None:
-        value = rec.encode_snapshot(rec.SnapshotValue(
-            state.snapshot_epoch, state.state_epoch, state.leader_epoch, state.start_offset,
-            state.delivery_complete_count, state.create_timestamp, state.write_timestamp, list(state.batches)))
-        offset = await self._append(key, rec.encode_key(rec.SNAPSHOT, *key), value)
-        self._snapshot_offsets[key] = offset
-        self._snapshot_times[key] = state.write_timestamp
+    async def _commit(self, record: StateRecord) -> None:
+        """Append the record; only once it is durable (per the flush policy) apply it, through
+        the same function that replays the topic. A failed append changes nothing."""
+        key_bytes, value = rec.encode_record(record)
+        offset = await self._append(record.key, key_bytes, value)
+        self.store.apply(record)
+        self._track(record, offset)
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self, key: Key) -> AsyncIterator[None]:
+        """One operation at a time per share partition, as Kafka's coordinator runtime runs one
+        shard's operations in order: each is checked against the state the previous one left."""
+        lock = self._key_locks.get(key)
+        if lock is None:
+            lock = self._key_locks[key] = asyncio.Lock()
+        self._key_users[key] = self._key_users.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            left = self._key_users[key] - 1
+            if left:
+                self._key_users[key] = left
+            else:
+                del self._key_users[key]
+                del self._key_locks[key]
 
     # -- the persister operations ----------------------------------------------------------------
 
@@ -181,20 +188,20 @@ class ShareCoordinator:
         ShareStateStore._check_key(topic_id, partition)
         self._check_partition(topic_id, partition)
         key = (group_id, topic_id, partition)
-        state = self.store.initialize(key, state_epoch, start_offset, now_ms())
-        if state is not None:
-            await self._write_snapshot(key, state)
+        async with self._serialized(key):
+            record = self.store.initialize(key, state_epoch, start_offset, now_ms())
+            if record is not None:
+                await self._commit(record)
 
     async def read(self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
         ShareStateStore._check_key(topic_id, partition)
         self._check_partition(topic_id, partition)
         key = (group_id, topic_id, partition)
-        result, moved = self.store.read(key, leader_epoch)
-        if moved:  # a new leader: record its epoch so older leaders are fenced after a restart too
-            state = self.store.states[key]
-            await self._append(key, rec.encode_key(rec.UPDATE, *key), rec.encode_update(rec.UpdateValue(
-                state.snapshot_epoch, leader_epoch, -1, -1, [])))
-        return result
+        async with self._serialized(key):
+            result, record = self.store.read(key, leader_epoch)
+            if record is not None:  # a new leader: its epoch is recorded so older leaders stay fenced
+                await self._commit(record)
+            return result
 
     async def write(self, group_id: str, topic_id: uuid.UUID, partition: int, *, state_epoch: int,
                     leader_epoch: int, start_offset: int, delivery_complete_count: int,
@@ -202,24 +209,18 @@ class ShareCoordinator:
         ShareStateStore._check_key(topic_id, partition)
         self._check_partition(topic_id, partition)
         key = (group_id, topic_id, partition)
-        state, snapshot_due = self.store.write(key, state_epoch=state_epoch, leader_epoch=leader_epoch,
-                                               start_offset=start_offset,
-                                               delivery_complete_count=delivery_complete_count,
-                                               batches=batches, now_ms=now_ms())
-        if snapshot_due:
-            await self._write_snapshot(key, state)
-        else:
-            await self._append(key, rec.encode_key(rec.UPDATE, *key), rec.encode_update(rec.UpdateValue(
-                state.snapshot_epoch, leader_epoch, start_offset, delivery_complete_count,
-                merge_batches([], batches, start_offset))))
+        async with self._serialized(key):
+            await self._commit(self.store.write(
+                key, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
+                delivery_complete_count=delivery_complete_count, batches=batches, now_ms=now_ms()))
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
         ShareStateStore._check_key(topic_id, partition)
         key = (group_id, topic_id, partition)
-        if self.store.delete(key):
-            self._snapshot_offsets.pop(key, None)
-            self._snapshot_times.pop(key, None)
-            await self._append(key, rec.encode_key(rec.SNAPSHOT, *key), None)
+        async with self._serialized(key):
+            record = self.store.delete(key)
+            if record is not None:
+                await self._commit(record)
 
     async def read_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Summary:
         ShareStateStore._check_key(topic_id, partition)
@@ -251,9 +252,10 @@ class ShareCoordinator:
         now = now_ms()
         for key, state in list(self.store.states.items()):
             if state.updates_since_snapshot and now - self._snapshot_times.get(key, 0) >= self.cold_interval_ms:
-                state.snapshot_epoch += 1
-                state.updates_since_snapshot = 0
-                await self._write_snapshot(key, state)
+                async with self._serialized(key):
+                    record = self.store.snapshot(key, now)
+                    if record is not None:
+                        await self._commit(record)
         floor: dict[int, int] = {}
         for key in self.store.states:
             index = self._partition_for(key)

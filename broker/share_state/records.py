@@ -8,33 +8,32 @@ from __future__ import annotations
 import functools
 import struct
 import uuid
-from dataclasses import dataclass
 
-from broker.share_state.store import StateBatch
+from broker.share_state.store import SNAPSHOT, UPDATE, SnapshotValue, StateBatch, StateRecord, UpdateValue
 from protocol.primitives import Reader, Writer
 
-SNAPSHOT, UPDATE = 0, 1
+__all__ = ["SNAPSHOT", "UPDATE", "decode_record", "encode_record", "state_partition"]
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotValue:
-    snapshot_epoch: int
-    state_epoch: int
-    leader_epoch: int
-    start_offset: int
-    delivery_complete_count: int
-    create_timestamp: int
-    write_timestamp: int
-    batches: list[StateBatch]
+def encode_record(record: StateRecord) -> tuple[bytes, bytes | None]:
+    """(key, value) bytes of a state record; a tombstone has no value."""
+    key = encode_key(record.kind, *record.key)
+    v = record.value
+    if v is None:
+        return key, None
+    return key, encode_snapshot(v) if isinstance(v, SnapshotValue) else encode_update(v)
 
 
-@dataclass(frozen=True, slots=True)
-class UpdateValue:
-    snapshot_epoch: int
-    leader_epoch: int
-    start_offset: int
-    delivery_complete_count: int
-    batches: list[StateBatch]
+def decode_record(key: bytes, value: bytes | None) -> StateRecord:
+    record_type, group_id, topic_id, partition = decode_key(key)
+    k = (group_id, topic_id, partition)
+    if value is None:
+        return StateRecord(k, record_type, None)
+    if record_type == SNAPSHOT:
+        return StateRecord(k, SNAPSHOT, decode_snapshot(value))
+    if record_type == UPDATE:
+        return StateRecord(k, UPDATE, decode_update(value))
+    raise ValueError(f"unknown share state record type {record_type}")
 
 
 def encode_key(record_type: int, group_id: str, topic_id: uuid.UUID, partition: int) -> bytes:

@@ -403,10 +403,13 @@ class CrashLoad:
 
 def acknowledged_in_state_log(bootstrap: str, group: str, tid: uuid.UUID, partition: int = 0) -> set[int]:
     """Offsets that any ShareSnapshot/ShareUpdate record of the share partition on
-    `__share_group_state` (read with Fetch) carries as ACKNOWLEDGED."""
+    `__share_group_state` (read with Fetch) carries as ACKNOWLEDGED, or puts below its start
+    offset (an acknowledgement that completes the prefix is persisted as the start offset it
+    moves to, as Kafka does)."""
     from broker.share_state import records as staterec  # Kafka's record formats
 
     out: set[int] = set()
+    start = 0
     with rk.RawClient(bootstrap) as raw:
         meta = raw.request(rk.metadata_request(["__share_group_state"], version=12))
         (t,) = meta.topics
@@ -424,6 +427,8 @@ def acknowledged_in_state_log(bootstrap: str, group: str, tid: uuid.UUID, partit
                     for sb in value.batches:
                         if sb.delivery_state == ACKNOWLEDGED:
                             out.update(range(sb.first_offset, sb.last_offset + 1))
+                    start = max(start, value.start_offset)
+    out.update(range(start))
     return out
 
 

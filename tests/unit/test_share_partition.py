@@ -565,11 +565,25 @@ class TestCanAcquire:
 # ---------------------------------------------------------------------------------------------
 
 class TestAcknowledge:
+    def test_write_carries_the_start_offset_it_moves_to(self):
+        """Issue 10 defect 4: the persisted start offset must not lag the acknowledgements."""
+        sp = SharePartition(start_offset=0)
+        acq(sp, "a", [(0, 0), (1, 1), (2, 2)])
+        w = ack(sp, "a", [(1, 1, [ACCEPT])])
+        assert (w.start_offset, w.delivery_complete_count) == (0, 1)  # 0 still in flight
+        w = ack(sp, "a", [(0, 0, [ACCEPT])])
+        assert (w.start_offset, w.delivery_complete_count) == (2, 0)
+        w = ack(sp, "a", [(2, 2, [REJECT])], commit=False)
+        assert (w.start_offset, w.delivery_complete_count) == (3, 0)
+        sp.rollback(w, limits=L, now_ms=0)
+        assert sp.start_offset == 2  # a failed write moves nothing
+
     def test_single_record_batch(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 0)])
         w = ack(sp, "a", [(0, 0, [ACCEPT])])
-        assert (w.start_offset, w.delivery_complete_count) == (0, 1)
+        # The write carries the start offset this acknowledgement moves to (as Kafka persists it).
+        assert (w.start_offset, w.delivery_complete_count) == (1, 0)
         assert wb(w) == [(0, 0, 2, 1)]
         assert (sp.start_offset, sp.end_offset, ranges(sp)) == (1, 1, [])
         assert sp.next_lock_deadline() is None

@@ -1,5 +1,7 @@
 """Share coordinator persistence (share-groups-spec §10): the PersisterStateBatchCombiner merge rule and
-the per-key store with Initialize / Read / Write / Delete / ReadSummary semantics."""
+the per-key store with Initialize / Read / Write / Delete / ReadSummary semantics. The store's
+operations only plan records; ``Applied`` applies each one as the coordinator does once its
+append succeeded."""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.share_state.store import PersisterError, ShareStateStore, StateBatch, merge_batches
+from broker.share_state.store import (
+    SNAPSHOT,
+    PersisterError,
+    ShareGroupOffset,
+    ShareStateStore as PlanningStore,
+    StateBatch,
+    merge_batches,
+    merge_into,
+)
 
 AV, AK, AR = 0, 2, 4
 TID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
@@ -169,9 +179,53 @@ def test_merge_is_idempotent_and_order_free():
 # Initialize
 # ------------------------------------------------------------------------------------------------
 
+class Applied:
+    """The store driven like the coordinator: plan an operation's record, then apply it (the
+    append always succeeds here). Returns what a caller of the old mutating API saw."""
+
+    def __init__(self, snapshot_every: int = 500) -> None:
+        self.plans = PlanningStore(snapshot_every=snapshot_every)
+        self.states = self.plans.states
+        self.records = []
+
+    def _apply(self, record) -> None:
+        self.records.append(record)
+        self.plans.apply(record)
+
+    def initialize(self, key, state_epoch, start_offset, now_ms) -> ShareGroupOffset | None:
+        record = self.plans.initialize(key, state_epoch, start_offset, now_ms)
+        if record is None:
+            return None
+        self._apply(record)
+        return self.states[key]
+
+    def read(self, key, leader_epoch):
+        result, record = self.plans.read(key, leader_epoch)
+        if record is not None:
+            self._apply(record)
+        return result, record is not None
+
+    def write(self, key, **kw):
+        record = self.plans.write(key, **kw)
+        self._apply(record)
+        return self.states[key], record.kind == SNAPSHOT
+
+    def delete(self, key) -> bool:
+        record = self.plans.delete(key)
+        if record is not None:
+            self._apply(record)
+        return record is not None
+
+    def summary(self, key):
+        return self.plans.summary(key)
+
+
+ShareStateStore = Applied  # noqa: F811 - the tests below drive the store through Applied
+
+
 @pytest.fixture
-def store() -> ShareStateStore:
-    return ShareStateStore(snapshot_every=500)
+def store() -> Applied:
+    return Applied(snapshot_every=500)
 
 
 def write(s: ShareStateStore, key=KEY, *, state_epoch=0, leader_epoch=0, start_offset=0, dcc=0, batches=(), now=0):
@@ -376,11 +430,36 @@ def test_write_delivery_complete_count_rules(store):
     assert (s.start_offset, s.delivery_complete_count) == (20, 1)
 
 
-def test_write_updates_state_epoch_forward(store):
+def test_write_never_changes_the_state_epoch(store):
+    """Only Initialize (and Delete) change a state epoch; a write with a newer one is accepted
+    but leaves it, so the live store and a replay of its records agree (issue 10)."""
     store.initialize(KEY, 1, 0, now_ms=0)
     write(store, state_epoch=4, leader_epoch=0)
-    assert store.summary(KEY).state_epoch == 4
-    raises(ErrorCode.fenced_state_epoch, write, store, state_epoch=3, leader_epoch=0)
+    assert store.summary(KEY).state_epoch == 1
+    assert replayed(store.records).states == store.states
+    write(store, state_epoch=1, leader_epoch=0)  # the initialized epoch still writes
+    raises(ErrorCode.fenced_state_epoch, write, store, state_epoch=0, leader_epoch=0)
+
+
+def replayed(records) -> PlanningStore:
+    """A fresh store fed the encoded records, as start-up replays `__share_group_state`."""
+    from broker.share_state import records as rec
+    fresh = PlanningStore()
+    for r in records:
+        fresh.apply(rec.decode_record(*rec.encode_record(r)))
+    return fresh
+
+
+def test_merge_into_equals_merge_batches():
+    rng = random.Random(7)
+    for _ in range(400):
+        cur = merge_batches([], random_batches(rng, rng.randint(0, 12), disjoint=True), 0)
+        inc = random_batches(rng, rng.randint(0, 4), disjoint=False)
+        start = rng.randint(0, 60)
+        expect = merge_batches(cur, inc, start)
+        got = list(cur)
+        merge_into(got, sorted(inc, key=lambda x: x.first_offset), start)
+        assert got == expect, (cur, inc, start)
 
 
 def snapshot_pattern(store: ShareStateStore, writes: int) -> list[bool]:
@@ -441,8 +520,9 @@ def test_keys_are_independent(store):
 # ------------------------------------------------------------------------------------------------
 
 def test_delete_missing_key_is_fine(store):
-    store.delete(KEY)
-    store.delete(("nobody", uuid.uuid4(), 3))
+    assert store.delete(KEY) is False
+    assert store.delete(("nobody", uuid.uuid4(), 3)) is False
+    assert store.records == [] and store.states == {}
 
 
 def test_delete_removes_state(store):

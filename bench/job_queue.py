@@ -1,0 +1,168 @@
+"""The plain job-queue workload (issue 10): jobs produced one at a time (linger.ms=0, one record
+per batch) into a single-partition topic, then drained by explicit-acknowledgement ShareConsumers
+with max.poll.records=1 that ACCEPT every job. Run against sharebroker and librdkafka's mock
+cluster in the same run, at several backlog sizes, so the figure that matters is visible: the rate
+must not fall as the backlog grows.
+
+    python -m bench.job_queue [--backlogs 2000,5000,10000] [--consumers 1] [--wide 8:20000]
+
+Only the drain is timed (first delivery to last distinct job). Results are printed and, with
+--out DIR, written as JSON there (never into the tree by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer, ShareConsumer
+
+from bench import clients
+from bench.clients import QUIET
+from bench.run import CTX, FreshBroker, child, create_topic, reap, run_for_result
+
+TOPIC = "jobs"
+GROUP = "workers"
+
+
+def produce_jobs(bootstrap: str, n: int, out) -> None:
+    """Untimed set-up: n jobs, each its own batch (linger.ms=0, batch.num.messages=1)."""
+    try:
+        failed = [0]
+
+        def on_delivery(err, _msg) -> None:
+            if err is not None:
+                failed[0] += 1
+
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "acks": 1,
+                      "queue.buffering.max.messages": 1_000_000, "delivery.report.only.error": True,
+                      "on_delivery": on_delivery, **QUIET})
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(TOPIC, b"job-%d" % i, partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.005)
+            if i % 1000 == 0:
+                p.poll(0)
+        left = p.flush(300)
+        out.put({"error": f"{left} undelivered, {failed[0]} failed"} if left or failed[0] else {"ok": True})
+    except Exception as e:  # noqa: BLE001 - reported to the runner
+        out.put({"error": f"produce jobs: {e!r}"})
+
+
+def worker(bootstrap: str, index: int, n: int, seen, counters, marks, lock, stop) -> None:
+    """One explicit-ack worker: poll one job, ACCEPT it. counters = [distinct, deliveries,
+    redelivered]; marks = [first delivery, drained]."""
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "client.id": f"worker-{index}",
+                       "share.acknowledgement.mode": "explicit", "max.poll.records": 1, **QUIET})
+    c.subscribe([TOPIC])
+    try:
+        while not stop.is_set():
+            msgs = c.poll(0.2)
+            if not msgs:
+                continue
+            now = time.perf_counter()
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                c.acknowledge(m)
+                with lock:
+                    if marks[0] == 0.0:
+                        marks[0] = now
+                    counters[1] += 1
+                    off = m.offset()
+                    if off < n and not seen[off]:
+                        seen[off] = 1
+                        counters[0] += 1
+                    else:
+                        counters[2] += 1
+                    if counters[0] >= n and marks[1] == 0.0:
+                        marks[1] = time.perf_counter()
+                        stop.set()
+        try:
+            c.commit_sync(5)
+        except Exception:  # noqa: BLE001 - after the measurement
+            pass
+    finally:
+        c.close()
+
+
+def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600) -> dict[str, Any]:
+    seen = CTX.RawArray("B", n)
+    counters = CTX.RawArray("q", 3)
+    marks = CTX.RawArray("d", 2)
+    lock, stop = CTX.Lock(), CTX.Event()
+    procs = [child(worker, bootstrap, i, n, seen, counters, marks, lock, stop) for i in range(consumers)]
+    ok = stop.wait(timeout)
+    stop.set()
+    reap(procs)
+    if not ok or marks[1] == 0.0:
+        raise RuntimeError(f"drain timed out: {counters[0]}/{n} jobs")
+    secs = marks[1] - marks[0]
+    return {"jobs": n, "consumers": consumers, "seconds": round(secs, 3), "jobs_per_s": round(n / secs, 1),
+            "deliveries": counters[1], "redelivered": counters[2]}
+
+
+def run_sharebroker(n: int, consumers: int) -> dict[str, Any]:
+    with FreshBroker() as b:
+        create_topic(b.bootstrap, TOPIC, 1, share_group=GROUP)
+        run_for_result(produce_jobs, b.bootstrap, n)
+        res = drain(b.bootstrap, n, consumers)
+        res["broker_cpu_s"] = round(_cpu_seconds(b.proc.pid), 2)
+        return res
+
+
+def run_mock(n: int, consumers: int) -> dict[str, Any]:
+    q, stop = CTX.Queue(), CTX.Event()
+    mock = child(clients.mock_cluster, TOPIC, 1, q, stop)
+    try:
+        info = q.get(timeout=30)
+        if "error" in info:
+            raise RuntimeError(info["error"])
+        run_for_result(produce_jobs, info["bootstrap"], n)
+        return drain(info["bootstrap"], n, consumers)
+    finally:
+        stop.set()
+        reap([mock], 10)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backlogs", default="2000,5000,10000", help="jobs per run with --consumers workers")
+    ap.add_argument("--consumers", type=int, default=1)
+    ap.add_argument("--wide", default="8:20000", help="CONSUMERS:JOBS for the many-workers run ('' to skip)")
+    ap.add_argument("--peers", default="sharebroker,mock")
+    ap.add_argument("--out", type=Path, default=None, help="write results.json into this folder")
+    args = ap.parse_args(argv)
+    runs = [(args.consumers, int(n)) for n in args.backlogs.split(",") if n]
+    if args.wide:
+        k, n = args.wide.split(":")
+        runs.append((int(k), int(n)))
+    peers = {"sharebroker": run_sharebroker, "mock": run_mock}
+    results: list[dict[str, Any]] = []
+    print(f"{'peer':<12} {'workers':>7} {'jobs':>7} {'jobs/s':>9} {'seconds':>8} {'redeliv':>7}  broker CPU s")
+    for consumers, n in runs:
+        for name in args.peers.split(","):
+            res = peers[name](n, consumers)
+            res["peer"] = name
+            results.append(res)
+            print(f"{name:<12} {consumers:>7} {n:>7} {res['jobs_per_s']:>9,.0f} {res['seconds']:>8.2f} "
+                  f"{res['redelivered']:>7}  {res.get('broker_cpu_s', '')}", flush=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "job_queue.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
