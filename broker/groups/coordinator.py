@@ -5,8 +5,10 @@ the persister before partitions are assigned."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,8 @@ class ShareGroupCoordinator:
         self._sweeper: asyncio.Task[None] | None = None
         self._persisted: dict[str, tuple] = {}
         self._persisted_members: dict[str, set[str]] = {}
+        self._group_locks: dict[str, asyncio.Lock] = {}
+        self._group_lock_users: dict[str, int] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -117,12 +121,14 @@ class ShareGroupCoordinator:
         if self._persisted.get(group.group_id) == signature:
             return
         records = self._group_records(group)
-        gone = self._persisted_members.get(group.group_id, set()) - set(group.members)
+        members = set(group.members)
+        gone = self._persisted_members.get(group.group_id, set()) - members
         for member_id in gone:
             records.extend(grec.member_tombstones(group.group_id, member_id))
-        self._persisted[group.group_id] = signature
-        self._persisted_members[group.group_id] = set(group.members)
+        # Marked persisted only once the append succeeded, so a failed write is retried.
         await self.broker.group_log.append(group.group_id, records)
+        self._persisted[group.group_id] = signature
+        self._persisted_members[group.group_id] = members
 
     # -- configs ---------------------------------------------------------------------------------
 
@@ -167,10 +173,36 @@ class ShareGroupCoordinator:
                 out[name] = TopicInfo(name, topic.topic_id, len(topic.partitions))
         return out
 
+    @contextlib.asynccontextmanager
+    async def _serialized(self, group_id: str) -> AsyncIterator[None]:
+        """One operation at a time per group, as Kafka's coordinator runtime runs a group's
+        operations in order: a heartbeat that awaits share-partition initialization or its
+        group record never interleaves with another member's heartbeat, so a partition is
+        initialized once and its state epoch never moves under a loaded leader."""
+        lock = self._group_locks.get(group_id)
+        if lock is None:
+            lock = self._group_locks[group_id] = asyncio.Lock()
+        self._group_lock_users[group_id] = self._group_lock_users.get(group_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            left = self._group_lock_users[group_id] - 1
+            if left:
+                self._group_lock_users[group_id] = left
+            else:
+                del self._group_lock_users[group_id]
+                del self._group_locks[group_id]
+
     async def heartbeat(self, body: Any, conn: Any) -> dict[str, Any]:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         subscribed = tuple(body.subscribed_topic_names) if body.subscribed_topic_names is not None else None
         validate_heartbeat(group_id, member_id, epoch, body.rack_id, subscribed)
+        async with self._serialized(group_id):
+            return await self._heartbeat(body, conn, subscribed)
+
+    async def _heartbeat(self, body: Any, conn: Any, subscribed: tuple[str, ...] | None) -> dict[str, Any]:
+        group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         if self.broker.group_type(group_id) not in (None, "share"):
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         group = self.groups.get(group_id)
@@ -230,13 +262,19 @@ class ShareGroupCoordinator:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
             now = now_ms()
             for group in list(self.groups.values()):
-                for member_id in group.expired_members(now):
-                    group.remove_member(member_id)
-                    log.info("share group member expired", group=group.group_id, member=member_id,
-                             session_timeout_ms=self.config(group.group_id).share_session_timeout_ms)
-                if group.members:
-                    group.reconcile(self._topic_infos(group.subscribed_topic_names()))
-                await self.persist(group)
+                if self.groups.get(group.group_id) is not group:
+                    continue  # deleted meanwhile
+                async with self._serialized(group.group_id):
+                    for member_id in group.expired_members(now):
+                        group.remove_member(member_id)
+                        log.info("share group member expired", group=group.group_id, member=member_id,
+                                 session_timeout_ms=self.config(group.group_id).share_session_timeout_ms)
+                    if group.members:
+                        group.reconcile(self._topic_infos(group.subscribed_topic_names()))
+                    try:
+                        await self.persist(group)
+                    except Exception as exc:  # noqa: BLE001 - retried at the next sweep
+                        log.warning("share group record write failed", group=group.group_id, error=str(exc))
 
     async def topic_deleted(self, topic_id: uuid.UUID, partitions: int) -> None:
         for group in self.groups.values():
@@ -289,6 +327,10 @@ class ShareGroupCoordinator:
         return group
 
     async def alter_offsets(self, group_id: str, offsets: dict[str, dict[int, int]]) -> dict[str, dict[int, tuple[ErrorCode, str | None]]]:
+        async with self._serialized(group_id):
+            return await self._alter_offsets(group_id, offsets)
+
+    async def _alter_offsets(self, group_id: str, offsets: dict[str, dict[int, int]]) -> dict[str, dict[int, tuple[ErrorCode, str | None]]]:
         """AlterShareGroupOffsets: re-initialize the listed partitions at the given start offsets,
         discarding their in-flight state (a new state epoch fences the old one)."""
         group = self._require_empty_share_group(group_id, create=True)
@@ -319,6 +361,10 @@ class ShareGroupCoordinator:
         return results
 
     async def delete_offsets(self, group_id: str, topics: list[str]) -> dict[str, tuple[ErrorCode, str | None, Any]]:
+        async with self._serialized(group_id):
+            return await self._delete_offsets(group_id, topics)
+
+    async def _delete_offsets(self, group_id: str, topics: list[str]) -> dict[str, tuple[ErrorCode, str | None, Any]]:
         group = self._require_empty_share_group(group_id, create=False)
         results: dict[str, tuple[ErrorCode, str | None, Any]] = {}
         for name in topics:
