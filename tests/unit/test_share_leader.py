@@ -1,0 +1,160 @@
+"""The share-partition leader through its seams (persister, clock, host) over a real partition log:
+the cost of one-record jobs does not grow with the backlog (issue 10 defect 1), and a write that
+fails or is fenced never makes the leader forget acquisitions or acknowledgements."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.share.leader import LeaderError, SharePartitionLeader
+from broker.share.partition import AcquireMode, RecordState, ShareLimits
+from tests.unit.share_leader_support import Host, ManualClock, MemoryPersister, append_jobs, open_partition
+
+GROUP = "workers"
+LOCK_MS = 30_000
+LIMITS = ShareLimits(record_lock_duration_ms=LOCK_MS, delivery_count_limit=5, max_in_flight_records=2000)
+ACCEPT, RELEASE = 1, 2
+
+
+async def make_leader(tmp_path, jobs: int, persister: MemoryPersister | None = None, clock: ManualClock | None = None,
+                      name: str = "jobs-0"):
+    tid = uuid.uuid4()
+    partition = open_partition(tmp_path / name, tid)
+    append_jobs(partition, jobs)
+    persister = persister or MemoryPersister()
+    await persister.initialize(GROUP, tid, 0, 0, 0)
+    clock = clock or ManualClock()
+    host = Host(LIMITS)
+    leader = SharePartitionLeader(host, persister, clock, GROUP, partition)
+    await leader.ensure_loaded()
+    return leader, persister, clock, host
+
+
+def acquire(leader: SharePartitionLeader, member: str = "m1", n: int = 1):
+    assert leader.try_fetch_lock()
+    try:
+        return leader.acquire(member, max_records=n, batch_size=n, mode=AcquireMode.BATCH_OPTIMIZED,
+                              max_bytes=1 << 20).acquired
+    finally:
+        leader.release_fetch_lock()
+
+
+def count_lines(fn) -> int:
+    """Python lines executed by fn(): an operation count that does not depend on machine speed."""
+    lines = 0
+
+    def tracer(frame, event, arg):
+        nonlocal lines
+        if event == "line":
+            lines += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+async def job_cycles_cost(tmp_path, backlog: int, cycles: int = 40) -> int:
+    """Lines executed by `cycles` rounds of: acquire one job, acknowledge it (the ack's state
+    write included), with `backlog` one-record batches waiting behind."""
+    leader, persister, _clock, _host = await make_leader(tmp_path, backlog, name=f"jobs-{backlog}")
+    total = 0
+    for _ in range(cycles):
+        got: list = []
+        total += count_lines(lambda: got.extend(acquire(leader)))
+        (r,) = got
+        coro = leader.acknowledge("m1", [(r.first_offset, r.last_offset, [ACCEPT])], is_renew=False)
+        # drive the coroutine under the tracer: the persister never really suspends here
+        total += count_lines(lambda: _drive(coro))
+    assert leader.sp is not None and leader.sp.start_offset == cycles
+    return total
+
+
+def _drive(coro) -> None:
+    try:
+        while True:
+            coro.send(None)
+    except StopIteration:
+        pass
+
+
+async def test_cost_per_job_does_not_grow_with_the_backlog(tmp_path):
+    small = await job_cycles_cost(tmp_path, 200)
+    large = await job_cycles_cost(tmp_path, 12_000)
+    # Before the fix every fetch walked up to a megabyte of batches: about 40x more lines here.
+    assert large < small * 1.25, (small, large)
+
+
+async def test_cost_per_job_does_not_grow_with_records_in_flight(tmp_path):
+    """Jobs acquired by other members (up to the in-flight limit) sit in front of SPSO; acquiring
+    and acknowledging one more must not scan them."""
+    costs = []
+    for held in (50, 1500):
+        leader, *_ = await make_leader(tmp_path, held + 100, name=f"held-{held}")
+        for _ in range(held):
+            assert acquire(leader, "other")
+        total = 0
+        for _ in range(30):
+            got: list = []
+            total += count_lines(lambda: got.extend(acquire(leader)))
+            (r,) = got
+            coro = leader.acknowledge("m1", [(r.first_offset, r.last_offset, [ACCEPT])], is_renew=False)
+            total += count_lines(lambda: _drive(coro))
+        costs.append(total)
+    assert costs[1] < costs[0] * 1.25, costs
+
+
+async def test_failed_write_rolls_back_and_the_store_is_untouched(tmp_path):
+    leader, persister, _clock, _host = await make_leader(tmp_path, 3)
+    (r,) = acquire(leader, n=1)
+    before = persister.store.summary((GROUP, leader.topic_id, 0))
+    persister.fail_writes = 1
+    with pytest.raises(LeaderError) as err:
+        await leader.acknowledge("m1", [(r.first_offset, r.first_offset, [ACCEPT])], is_renew=False)
+    assert err.value.code == ErrorCode.unknown_server_error
+    assert persister.store.summary((GROUP, leader.topic_id, 0)) == before
+    # still acquired by m1, with its delivery count: the acknowledgement can be retried
+    assert leader.sp.in_flight_ranges()[0][:4] == (0, 0, RecordState.ACQUIRED, 1)
+    await leader.acknowledge("m1", [(0, 0, [ACCEPT])], is_renew=False)
+    assert persister.store.summary((GROUP, leader.topic_id, 0)).start_offset == 1
+
+
+async def test_fenced_write_unloads_the_leader_and_keeps_durable_state(tmp_path):
+    leader, persister, _clock, host = await make_leader(tmp_path, 3)
+    acquire(leader, n=1)
+    await leader.acknowledge("m1", [(0, 0, [ACCEPT])], is_renew=False)
+    acquire(leader, n=1)
+    persister.fence_writes = True
+    with pytest.raises(LeaderError) as err:
+        await leader.acknowledge("m1", [(1, 1, [ACCEPT])], is_renew=False)
+    assert err.value.code == ErrorCode.not_leader_or_follower
+    assert host.dropped == [leader] and leader.fenced
+    # a new leader loads what was durable: 0 accepted, 1 not (its acknowledgement failed)
+    persister.fence_writes = False
+    again = SharePartitionLeader(host, persister, ManualClock(), GROUP, leader.partition)
+    sp = await again.ensure_loaded()
+    assert sp.start_offset == 1
+
+
+async def test_lock_expiry_is_persisted_by_a_tracked_task_and_survives_restart(tmp_path):
+    leader, persister, clock, host = await make_leader(tmp_path, 2)
+    acquire(leader, n=2)
+    clock.wall += 10 * LOCK_MS  # a wall-clock step expires nothing
+    assert leader.sp.in_flight_ranges()[0][2] is RecordState.ACQUIRED
+    clock.advance(LOCK_MS)  # the lock timer fires on the monotonic clock
+    assert leader.sp.in_flight_ranges()[0][2] is RecordState.AVAILABLE
+    assert leader._tasks  # the expiry write is referenced until it settles
+    while leader._tasks:
+        await next(iter(leader._tasks))
+    durable = persister.restarted().store.states[(GROUP, leader.topic_id, 0)]
+    assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in durable.batches] == [(0, 1, 0, 1)]
+    # the next delivery counts the expired one
+    (r,) = acquire(leader, n=2)
+    assert r.delivery_count == 2
