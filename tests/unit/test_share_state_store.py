@@ -547,3 +547,54 @@ def test_summary_has_no_fencing_and_reflects_state(store):
     write(store, state_epoch=4, leader_epoch=7, start_offset=12, dcc=6)
     s = store.summary(KEY)
     assert (s.state_epoch, s.leader_epoch, s.start_offset, s.delivery_complete_count) == (4, 7, 12, 6)
+
+
+# ------------------------------------------------------------------------------------------------
+# Live state equals the replay of the records it wrote (issue 10: one code path)
+# ------------------------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as hst  # noqa: E402
+
+_batch = hst.builds(lambda f, n, s, c: b(f, f + n, s, c), hst.integers(0, 60), hst.integers(0, 6),
+                    hst.sampled_from((AV, AK, AR)), hst.integers(0, 4))
+_op = hst.one_of(
+    hst.tuples(hst.just("init"), hst.integers(0, 3), hst.integers(-1, 40)),
+    hst.tuples(hst.just("read"), hst.integers(0, 3)),
+    hst.tuples(hst.just("write"), hst.integers(0, 3), hst.integers(0, 3), hst.integers(-1, 50),
+               hst.integers(-1, 20), hst.lists(_batch, max_size=4)),
+    hst.tuples(hst.just("delete")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=hst.lists(hst.tuples(hst.sampled_from([KEY, ("g", TID, 1)]), _op), max_size=40),
+       snapshot_every=hst.integers(0, 4))
+def test_live_state_equals_replay_of_its_records(ops, snapshot_every):
+    live = Applied(snapshot_every=snapshot_every)
+    epochs = {}
+    for key, op in ops:
+        try:
+            if op[0] == "init":
+                live.initialize(key, op[1], op[2], now_ms=1)
+            elif op[0] == "read":
+                live.read(key, op[1])
+            elif op[0] == "write":
+                live.write(key, state_epoch=op[1], leader_epoch=op[2], start_offset=op[3],
+                           delivery_complete_count=op[4], batches=sorted(op[5], key=lambda x: x.first_offset),
+                           now_ms=2)
+            else:
+                live.delete(key)
+        except PersisterError:
+            continue
+        finally:
+            if key in live.states:
+                # the state epoch moves only with Initialize (or a delete and a new Initialize)
+                if op[0] not in ("init", "delete") and key in epochs:
+                    assert live.states[key].state_epoch == epochs[key]
+                epochs[key] = live.states[key].state_epoch
+            else:
+                epochs.pop(key, None)
+        for st_ in live.states.values():
+            check_well_formed(st_.batches)
+    assert replayed(live.records).states == live.states
