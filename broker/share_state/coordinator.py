@@ -55,6 +55,7 @@ class ShareCoordinator:
         self._draining: set[int] = set()
         self._snapshot_offsets: dict[Key, int] = {}   # offset of each key's newest snapshot record
         self._snapshot_times: dict[Key, int] = {}
+        self._drainers: set[asyncio.Task[None]] = set()
         self._key_locks: dict[Key, asyncio.Lock] = {}
         self._key_users: dict[Key, int] = {}
         self._pruner: asyncio.Task[None] | None = None
@@ -102,15 +103,34 @@ class ShareCoordinator:
     # -- appends ---------------------------------------------------------------------------------
 
     async def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> int:
-        """Append one record for `key` and return its offset once the flush policy is met."""
+        """Append one record for `key` and return its offset once the flush policy is met.
+        With no append in flight on its state partition (and no linger) the record is appended
+        at once; otherwise it joins the queue that the running append drains next (group commit)."""
         index = self._partition_for(key)
+        if index not in self._draining and self.linger_ms <= 0:
+            self._draining.add(index)
+            try:
+                partition = self._topic().partitions[index]
+                return await append_records(self.broker, partition, [(key_bytes, value)])
+            except Exception as exc:
+                log.exception("share state append failed", state_partition=index)
+                raise PersisterError(ErrorCode.unknown_server_error, f"share state append failed: {exc}") from None
+            finally:
+                self._draining.discard(index)
+                if self._queues[index]:
+                    self._start_drain(index)
         fut: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._queues[index].append(([(key_bytes, value)], fut))
         if index not in self._draining:
-            self._draining.add(index)
-            asyncio.get_running_loop().create_task(self._drain(index))
+            self._start_drain(index)
         offsets = await fut
         return offsets[0]
+
+    def _start_drain(self, index: int) -> None:
+        self._draining.add(index)
+        task = asyncio.get_running_loop().create_task(self._drain(index), name=f"share-state-append-{index}")
+        self._drainers.add(task)  # referenced until done; _drain settles every queued future itself
+        task.add_done_callback(self._drainers.discard)
 
     async def _drain(self, index: int) -> None:
         try:
