@@ -7,7 +7,7 @@
 Starts a fresh broker subprocess, attaches `py-spy record` to it (py-spy comes with the `bench`
 extra), runs the workload from separate processes, then prints the broker's CPU use and the
 functions with the most samples, by own time and including callees. The raw samples stay in
-bench/results/profile-<workload>.txt for other views (e.g. `py-spy`'s flame graphs)."""
+bench/out/profile-<workload>.txt (ignored by git) for other views (e.g. `py-spy`'s flame graphs)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from bench import clients
 from bench.run import PARTITIONS, SHARE_TOPIC, create_topic, run_for_result, share_drain
 from tests.support.broker_process import BrokerProcess
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent / "out"  # ad-hoc output, ignored by git
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         sys.exit("py-spy is not installed: pip install -e '.[bench]'")
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / f"profile-{args.workload}.txt"
     with tempfile.TemporaryDirectory(prefix="sharebroker-profile-") as tmp:
         broker = BrokerProcess(Path(tmp) / "data").start()

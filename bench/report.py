@@ -1,4 +1,5 @@
-"""Table, JSON, Markdown and PNG charts of a benchmark run (bench/results/latest.*)."""
+"""Table, JSON, Markdown and PNG charts of a benchmark run (latest.* in bench/out, or bench/results
+with `python -m bench --save`). Without matplotlib the charts are skipped with one note."""
 
 from __future__ import annotations
 
@@ -182,6 +183,11 @@ def write(res: dict[str, Any], out: Path) -> None:
             print(f"  {k}: {v}")
     try:
         made = charts(res, out)
+    except ImportError as e:
+        made = []
+        if e.name is not None and e.name.split(".")[0] != "matplotlib":
+            raise
+        print("charts skipped: matplotlib is not installed (pip install -e '.[bench]')")
     except Exception as e:  # noqa: BLE001
         made = []
         res["errors"]["charts"] = f"{type(e).__name__}: {e}"
@@ -201,10 +207,11 @@ def write(res: dict[str, Any], out: Path) -> None:
     print(f"\nwrote {out / 'latest.json'}, {out / 'latest.md'}" + "".join(f", {out / m}" for m in made))
 
 
-if __name__ == "__main__":  # re-render the table, Markdown and charts from a results JSON
+if __name__ == "__main__":  # re-render the table, Markdown and charts from a results JSON, beside it
     import sys
 
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results" / "latest.json")
+    # Default: the last ad-hoc run; the committed bench/results only when named explicitly.
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "out" / "latest.json")
     data = json.loads(path.read_text())
     data["errors"].pop("charts", None)
     write(data, path.parent)

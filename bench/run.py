@@ -5,7 +5,10 @@ with real confluent-kafka clients, each in its own process (multiprocessing, spa
 consume or produce phase is timed; set-up (topic creation, backlog production, process start,
 group join) is not. Each figure is the median of `--runs` runs (at least 3) with min and max.
 
-    python -m bench [--quick] [--runs N] [--only w1,w2,...] [--out bench/results]
+    python -m bench [--quick] [--runs N] [--only w1,w2,...] [--out DIR | --save]
+
+Results go to bench/out/ (ignored by git) or --out DIR. The committed figures in bench/results/
+(which the README quotes) change only with --save, from a full run of every workload.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from bench import clients, startup
 from tests.support.broker_process import BrokerProcess
 
 CTX = mp.get_context("spawn")
+RESULTS = Path(__file__).parent / "results"  # committed: refreshed only with --save
+SCRATCH = Path(__file__).parent / "out"  # ad-hoc runs (in .gitignore)
 SHARE_TOPIC = "bench-share"
 PARTITIONS = 4
 
@@ -362,15 +367,35 @@ WORKLOADS: dict[str, Callable[[dict, int], dict[str, Any]]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
-    from bench import report
+def output_dir(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
+    """bench/out unless --out; bench/results only with --save, and only for a full run."""
+    if not args.save:
+        return args.out or SCRATCH
+    if args.out is not None:
+        ap.error("--save writes bench/results; it does not take --out")
+    if args.quick or args.only:
+        ap.error("--save refreshes the committed figures from a full run of every workload: "
+                 "drop --quick and --only")
+    return RESULTS
 
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="reduced scale (a few minutes)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(WORKLOADS))
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", type=Path, help="where the results go (default: bench/out, ignored by git)")
+    ap.add_argument("--save", action="store_true",
+                    help="refresh the committed figures in bench/results (a full run of every workload)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench import report
+
+    ap = build_parser()
     args = ap.parse_args(argv)
+    out = output_dir(ap, args)
     runs = max(3, args.runs)
     mode = "quick" if args.quick else "full"
     scale = SCALES[mode]
@@ -390,4 +415,4 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  FAILED: {e}\n{traceback.format_exc()}", flush=True)
         print(f"  ({time.perf_counter() - w0:.0f} s)", flush=True)
     results["wall_seconds"] = time.perf_counter() - t0
-    report.write(results, Path(args.out))
+    report.write(results, out)

@@ -93,10 +93,21 @@ class Connection:
             resp = await handler(self.broker, self, req)
         except CloseConnection:
             return None
-        except Exception as exc:  # a bug must not take the broker or other connections down
-            log.exception("request handler failed", conn=self.id, api=api_name(req.api_key),
-                          version=req.api_version, correlation_id=req.correlation_id, error=str(exc))
-            resp = error_response(req, ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug or a disk error must not take the connection down
+            from broker.apis import error_code_for
+
+            code, message = error_code_for(exc)
+            fields = dict(conn=self.id, api=api_name(req.api_key), version=req.api_version,
+                          correlation_id=req.correlation_id, error=code.name, message=message)
+            if code == ErrorCode.unknown_server_error:
+                log.exception("request handler failed", **fields)
+            else:  # a known condition (full disk, coordinator write refused): no traceback
+                log.warning("request failed", **fields)
+            try:
+                resp = error_response(req, code, message)
+            except Exception:
+                log.exception("cannot build an error response", conn=self.id, api=api_name(req.api_key))
+                resp = None
             if resp is None:
                 return None
         if resp is None:

@@ -13,9 +13,10 @@ from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from broker.structured_log import get_logger
+from broker.structured_log import Repeats, get_logger
 
 log = get_logger("sharebroker.flusher")
+_failures = Repeats(10.0)  # a full disk fails every flush of a log: one line per log every 10 s
 
 
 class Flusher:
@@ -58,9 +59,19 @@ class Flusher:
                     if not fut.done():
                         fut.set_result(None)
                 except Exception as exc:
-                    log.exception("fsync failed", log=str(getattr(partition_log, "path", "?")))
+                    path = str(getattr(partition_log, "path", "?"))
+                    if isinstance(exc, OSError):  # a full or failing disk: no traceback to read
+                        held = _failures.allow(path)
+                        if held is not None:
+                            log.warning("flush failed", log=path, error=f"{type(exc).__name__}: {exc}",
+                                        repeats_not_logged=held)
+                    else:
+                        log.exception("flush failed", log=path, error=f"{type(exc).__name__}: {exc}")
                     if not fut.done():
                         fut.set_exception(exc)
+                        # Reported above; a flush nobody waits for (request()) must not come back
+                        # as asyncio's "Future exception was never retrieved". Waiters still get it.
+                        fut.exception()
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -1,21 +1,40 @@
 """What the coordinators share about their internal topics (`__share_group_state`,
 `__consumer_offsets`): creating them on first use, appending key/value records through the normal
-log and flush policy, and reading every record back at start-up."""
+log and flush policy (a write the disk refuses raises StateWriteError, which the request that
+caused it is answered with), and reading every record back at start-up."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from broker.flusher import now_ms
+from broker.structured_log import get_logger
 from protocol.record_batch import (
     encode_batch,
     iter_batch_headers,
     iter_records,
     parse_batches,
 )
+from storage import CorruptLogError
 
+log = get_logger("sharebroker.internal_topics")
 _READ_BYTES = 4 << 20
+
+
+class StateWriteError(Exception):
+    """A coordinator's record could not be appended or flushed (a full disk, a failed fsync).
+    Carries the code Kafka's coordinators answer for a storage error, NOT_COORDINATOR, so a request
+    that fails with it is answered with that code (the client looks the coordinator up again
+    and retries) instead of losing its connection."""
+
+    code = ErrorCode.not_coordinator
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def ensure_topic(broker: Any, name: str, partitions: int, segment_bytes: int) -> Any:
@@ -32,7 +51,17 @@ def read_records(plog: Any) -> Iterator[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every keyed record from the log start to the end."""
     offset = plog.log_start_offset
     while offset < plog.high_watermark:
-        data = plog.read(offset, _READ_BYTES, min_one_batch=True).records
+        try:
+            data = plog.read(offset, _READ_BYTES, min_one_batch=True).records
+        except CorruptLogError as exc:
+            # Start-up must not stop at a damaged segment: what it held is lost, the rest replays.
+            following = [s.base_offset for s in plog.segments if s.base_offset > offset]
+            log.error("internal topic replay skipped a damaged range", file=exc.path, position=exc.position,
+                      reason=exc.reason, from_offset=offset, resumed_at=following[0] if following else None)
+            if not following:
+                return
+            offset = following[0]
+            continue
         if not data:
             return
         for h in iter_batch_headers(data):
@@ -45,11 +74,18 @@ def read_records(plog: Any) -> Iterator[tuple[int, bytes, bytes | None]]:
 async def append_records(broker: Any, partition: Any, records: list[tuple[bytes, bytes | None]]) -> int:
     """Append records as one batch; return the first offset once the flush policy is met."""
     buf = encode_batch(records, timestamp_ms=now_ms())
-    result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
-                                  leader_epoch=partition.leader_epoch, now_ms=now_ms())
+    name = f"{partition.topic.name}-{partition.index}"
+    try:
+        result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
+                                      leader_epoch=partition.leader_epoch, now_ms=now_ms())
+    except OSError as exc:
+        raise StateWriteError(f"Could not append to {name}: {exc.strerror or exc}") from exc
     if result.rolled:
         broker.segment_rolled(partition)
     flushed = broker.after_append(partition, wait=True)
     if flushed is not None:
-        await flushed
+        try:
+            await flushed
+        except OSError as exc:
+            raise StateWriteError(f"Could not flush {name}: {exc.strerror or exc}") from exc
     return result.first_offset

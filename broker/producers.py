@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.structured_log import get_logger
 from protocol.record_batch import iter_batch_headers
-from storage import write_atomic
+from storage import CorruptLogError, write_atomic
 
 log = get_logger("sharebroker.producers")
 
@@ -108,13 +108,26 @@ class PartitionProducers:
 SNAPSHOT_FILE = "producer-state.json"
 
 
-def save_snapshot(partition_dir: Path, producers: PartitionProducers, offset: int) -> None:
-    """Producer state as of `offset` (the log end offset), replaced atomically."""
+def save_snapshot(partition_dir: Path, producers: PartitionProducers, offset: int) -> bool:
+    """Producer state as of `offset` (the log end offset), replaced atomically. A snapshot that
+    cannot be written (a full disk) is logged and skipped: the previous one stays, and start-up
+    replays the log from its offset instead. Returns whether it was written."""
     doc = {"offset": offset, "producers": {
         str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
                    "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches]}
         for pid, e in producers.entries.items()}}
-    write_atomic(partition_dir / SNAPSHOT_FILE, json.dumps(doc).encode())
+    path = partition_dir / SNAPSHOT_FILE
+    try:
+        write_atomic(path, json.dumps(doc).encode())
+    except OSError as exc:
+        log.warning("producer state snapshot not written", path=str(path), offset=offset,
+                    error=f"{type(exc).__name__}: {exc}")
+        try:
+            path.with_name(path.name + ".tmp").unlink()
+        except OSError:
+            pass
+        return False
+    return True
 
 
 def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
@@ -135,7 +148,18 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
             log.warning("producer state snapshot unreadable, rebuilding from the log", path=str(path), error=str(exc))
     offset = start
     while offset < plog.log_end_offset:
-        data = plog.read(offset, 4 << 20, min_one_batch=True).records
+        try:
+            data = plog.read(offset, 4 << 20, min_one_batch=True).records
+        except CorruptLogError as exc:
+            # A damaged segment must not keep the broker from starting: skip to the next segment
+            # (idempotent producers writing there may see OUT_OF_ORDER_SEQUENCE_NUMBER once).
+            following = [s.base_offset for s in plog.segments if s.base_offset > offset]
+            log.error("producer state replay skipped a damaged range", file=exc.path, position=exc.position,
+                      reason=exc.reason, from_offset=offset, resumed_at=following[0] if following else None)
+            if not following:
+                break
+            offset = following[0]
+            continue
         if not data:
             break
         for h in iter_batch_headers(data):

@@ -271,6 +271,11 @@ class Broker:
 
 
 async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
+    from broker.structured_log import install_loop_exception_handler
+
+    # A task or future that fails with nobody awaiting it is one structured line, not asyncio's
+    # multi-line "Task exception was never retrieved".
+    install_loop_exception_handler(asyncio.get_running_loop())
     tune_allocator()
     broker = Broker(config, ready_file=ready_file)
     await broker.start()

@@ -56,9 +56,19 @@ Walked = tuple[int, int, int, int, int, int]  # position, base offset, size, las
 
 
 class CorruptLogError(Exception):
-    """Stored bytes do not parse as record batches (found while serving a read)."""
+    """Stored bytes do not parse as record batches (found while serving a read): `path` and
+    `position` name where, `offset` the offset the read was looking for."""
 
-    code = 56  # KAFKA_STORAGE_ERROR
+    code = 2  # CORRUPT_MESSAGE, what Kafka answers when a read meets a CorruptRecordException
+
+    def __init__(self, message: str, *, path: str = "", position: int = -1, reason: str = "",
+                 offset: int = -1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.position = position
+        self.reason = reason
+        self.offset = offset
 
 
 class TornBatch(Exception):
@@ -184,6 +194,7 @@ class LogSegment:
         "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
         "_idx_file_entries", "_tidx_file_entries",
         "dirty", "pins", "close_pending", "closed", "index_damage", "time_index_damaged", "index_error",
+        "untruncated",
     )
 
     def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
@@ -213,6 +224,7 @@ class LogSegment:
         self.index_damage: list[str] = []  # what was wrong with the index files at open
         self.time_index_damaged = False
         self.index_error: OSError | None = None  # an index write failed; retried by the next flush
+        self.untruncated = False  # a failed append could not be cut off the file yet
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -258,11 +270,14 @@ class LogSegment:
         seg = cls(directory, base_offset, now_ms)
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
         seg.fd = os.open(seg.log_path, flags, 0o644)
-        if os.fstat(seg.fd).st_size:
-            os.close(seg.fd)
-            raise FileExistsError(f"segment {seg.log_path} already exists and is not empty")
-        seg.idx_fd = os.open(seg.index_path, flags | os.O_TRUNC, 0o644)
-        seg.tidx_fd = os.open(seg.timeindex_path, flags | os.O_TRUNC, 0o644)
+        try:
+            if os.fstat(seg.fd).st_size:
+                raise FileExistsError(f"segment {seg.log_path} already exists and is not empty")
+            seg.idx_fd = os.open(seg.index_path, flags | os.O_TRUNC, 0o644)
+            seg.tidx_fd = os.open(seg.timeindex_path, flags | os.O_TRUNC, 0o644)
+        except BaseException:
+            seg.close_fds()  # e.g. no inode left: the empty files are harmless, the fds are not
+            raise
         seg.dirty = True
         return seg
 
@@ -373,12 +388,18 @@ class LogSegment:
 
     def append(self, buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], config: LogConfig) -> None:
         """Write `buf` (whole batches, offsets assigned) at the end with one write, then index it.
-        A failed write is rolled back so the file never keeps a partial append."""
+        A failed write (a full disk) is cut off again so the file never keeps a partial append;
+        if even that fails, the next append cuts it first, and is refused while it cannot."""
         start = self.size
+        if self.untruncated:
+            os.ftruncate(self.fd, start)
+            self.untruncated = False
         try:
             write_all(self.fd, buf)
         except BaseException:
+            self.untruncated = True
             os.ftruncate(self.fd, start)
+            self.untruncated = False
             raise
         self.dirty = True
         if start == 0:

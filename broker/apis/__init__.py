@@ -31,12 +31,124 @@ def api(key: int) -> Callable[[Handler], Handler]:
     return register
 
 
+def error_code_for(exc: BaseException) -> tuple[ErrorCode, str]:
+    """The Kafka error code and message for an exception a handler did not expect: its own code
+    if it carries one (storage and coordinator errors do), KAFKA_STORAGE_ERROR for an I/O error
+    (a full disk, a failed fsync), UNKNOWN_SERVER_ERROR for anything else (a bug)."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        try:
+            return ErrorCode(int(code)), str(getattr(exc, "message", None) or exc)
+        except ValueError:
+            pass
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        return ErrorCode.kafka_storage_error, f"Disk error{where}: {exc.strerror or exc}"
+    return ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}"
+
+
+def _produce_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any] | None:
+    if req.body.acks == 0:
+        return None  # Kafka closes an acks=0 connection on error: nothing is answered
+    return {"throttle_time": 0, "responses": [
+        {"name": getattr(td, "name", None), "topic_id": getattr(td, "topic_id", None),
+         "partition_responses": [{"index": pd.index, "error_code": code, "base_offset": -1, "log_append_time": -1,
+                                  "log_start_offset": -1, "record_errors": (), "error_message": message}
+                                 for pd in td.partition_data]}
+        for td in req.body.topic_data]}
+
+
+def _fetch_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    # As Kafka: v13+ carry the error at the top only; older versions also in every partition
+    # (v4-6 have no top-level error code).
+    topics = [] if req.api_version >= 13 else [
+        {"topic": getattr(ft, "topic", None), "topic_id": getattr(ft, "topic_id", None),
+         "partitions": [{"partition_index": fp.partition, "error_code": code, "high_watermark": -1,
+                         "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": None,
+                         "preferred_read_replica": -1, "records": b""} for fp in ft.partitions]}
+        for ft in req.body.topics]
+    return {"throttle_time": 0, "error_code": code, "session_id": 0, "responses": topics, "node_endpoints": ()}
+
+
+def _metadata_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "brokers": (), "cluster_id": None, "controller_id": -1, "error_code": code,
+            "topics": [{"error_code": code, "name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None),
+                        "is_internal": False, "partitions": (), "topic_authorized_operations": -(2**31)}
+                       for t in req.body.topics or ()]}
+
+
+def _list_offsets_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code, "timestamp": -1,
+                                         "offset": -1, "leader_epoch": -1} for p in t.partitions]}
+        for t in req.body.topics]}
+
+
+def _offset_commit_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]}
+        for t in req.body.topics]}
+
+
+def _delete_groups_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [{"group_id": g, "error_code": code} for g in req.body.groups_names]}
+
+
+def _create_topics_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "topic_id": None, "error_code": code, "error_message": message, "topic_config_error_code": 0,
+         "num_partitions": -1, "replication_factor": -1, "configs": None} for t in req.body.topics]}
+
+
+def _delete_topics_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    body = req.body
+    topics = ([(t.name, t.topic_id) for t in body.topics] if hasattr(body, "topics")
+              else [(name, None) for name in body.topic_names])
+    return {"throttle_time": 0, "responses": [
+        {"name": name, "topic_id": tid, "error_code": code, "error_message": message} for name, tid in topics]}
+
+
+def _delete_records_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "low_watermark": -1, "error_code": code}
+                                        for p in t.partitions]}
+        for t in req.body.topics]}
+
+
+def _create_partitions_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [
+        {"name": t.name, "error_code": code, "error_message": message} for t in req.body.topics]}
+
+
+# APIs whose errors live per partition (or per group): each answers every entry of the request
+# with the error, as Kafka's getErrorResponse does.
+_PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str, Any] | None]] = {
+    0: _produce_errors,
+    1: _fetch_errors,
+    2: _list_offsets_errors,
+    3: _metadata_errors,
+    8: _offset_commit_errors,
+    19: _create_topics_errors,
+    20: _delete_topics_errors,
+    21: _delete_records_errors,
+    37: _create_partitions_errors,
+    42: _delete_groups_errors,
+}
+
+
 def error_response(req: DecodedRequest, code: ErrorCode, message: str) -> Any | None:
-    """A top-level error response for APIs whose response has a top-level error code."""
+    """A response that answers the whole request with one error: in every partition (or group)
+    for the APIs that carry errors there, else at the top level. None when the API has nowhere to
+    put an error (or is Produce with acks=0): the connection is then closed."""
     cls = response_class(req.api_key, req.api_version)
+    per_entry = _PER_ENTRY_ERRORS.get(req.api_key)
+    if per_entry is not None:
+        data = per_entry(req, code, message)
+        return None if data is None else build(cls, data)
     if not has_field(cls, "error_code"):
         return None
-    data: dict[str, Any] = {"error_code": code}
+    data = {"error_code": code}
     if has_field(cls, "error_message"):
         data["error_message"] = message
     return build(cls, data)

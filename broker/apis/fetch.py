@@ -10,14 +10,44 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
+from broker.apis import api, error_code_for
+from broker.structured_log import Repeats, get_logger
 from protocol.codec import DecodedRequest, build, response_class
-from storage import OffsetOutOfRange
+from storage import CorruptLogError, OffsetOutOfRange
 
+log = get_logger("sharebroker.fetch")
 _READ_COMMITTED = 1
+# Consumers retry a failing partition every fetch: one line per damaged spot (or failing log and
+# cause) every 5 minutes, with the count of the others.
+_reports = Repeats(300.0)
 
 
-def _read_all(broker: Any, body: Any, v: int) -> tuple[list[dict[str, Any]], int, bool, list[Any]]:
+def _read_failed(exc: Exception, partition: Any, fetch_offset: int, conn: Any) -> ErrorCode:
+    """This partition's error for a read that failed, as Kafka answers it: CORRUPT_MESSAGE for
+    bytes that are not record batches (named once in the log by file and position),
+    KAFKA_STORAGE_ERROR for an I/O error, UNKNOWN_SERVER_ERROR for a bug. The other partitions of
+    the request are served as usual."""
+    topic, index = partition.topic.name, partition.index
+    if isinstance(exc, CorruptLogError):
+        held = _reports.allow(("corrupt", exc.path, exc.position))
+        if held is not None:
+            log.error("corrupt log segment", topic=topic, partition=index, file=exc.path, position=exc.position,
+                      reason=exc.reason, fetch_offset=fetch_offset, conn=conn.id, repeats_not_logged=held,
+                      hint="sharebroker verify --data-dir <log.dirs> lists every damaged range")
+        return ErrorCode.corrupt_message
+    code, message = error_code_for(exc)
+    if code == ErrorCode.unknown_server_error:
+        log.error("fetch failed", topic=topic, partition=index, fetch_offset=fetch_offset, error=code.name,
+                  message=message, conn=conn.id, exc_info=exc)
+    else:
+        held = _reports.allow((topic, index, code))
+        if held is not None:
+            log.warning("fetch refused", topic=topic, partition=index, fetch_offset=fetch_offset, error=code.name,
+                        message=message, conn=conn.id, repeats_not_logged=held)
+    return code
+
+
+def _read_all(broker: Any, body: Any, v: int, conn: Any) -> tuple[list[dict[str, Any]], int, bool, list[Any]]:
     """One pass over the requested partitions: (responses, bytes, any_error, partitions)."""
     topics = broker.topics
     remaining = body.max_bytes if v >= 3 else 2**31 - 1
@@ -69,6 +99,10 @@ def _read_all(broker: Any, body: Any, v: int) -> tuple[list[dict[str, Any]], int
                 entry["error_code"] = ErrorCode.offset_out_of_range
                 any_error = True
                 continue
+            except Exception as exc:  # damaged or unreadable log, or a bug: this partition only
+                entry["error_code"] = _read_failed(exc, partition, fp.fetch_offset, conn)
+                any_error = True
+                continue
             data = result.records
             if data:
                 entry["records"] = data
@@ -96,7 +130,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     max_wait_s = max(body.max_wait.total_seconds(), 0.0)
     deadline = time.monotonic() + max_wait_s
     while True:
-        responses, total, any_error, partitions = _read_all(broker, body, v)
+        responses, total, any_error, partitions = _read_all(broker, body, v, conn)
         remaining = deadline - time.monotonic()
         if total >= body.min_bytes or any_error or remaining <= 0 or not partitions:
             break

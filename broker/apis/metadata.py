@@ -7,11 +7,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
+from broker.apis import api, error_code_for
 from broker.apis.topics_admin import auto_create
+from broker.structured_log import get_logger
 from broker.topics import Topic
 from protocol.codec import DecodedRequest, build, response_class
 
+log = get_logger("sharebroker.metadata")
 INT32_MIN = -(2**31)
 # AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -44,6 +46,17 @@ def _error_topic(name: str | None, topic_id: Any, code: ErrorCode) -> dict[str, 
             "topic_authorized_operations": INT32_MIN}
 
 
+async def _auto_create(broker: Any, name: str, conn: Any) -> ErrorCode:
+    """auto_create, with a failure (a full disk, a bug) answered in this topic's entry only."""
+    try:
+        return await auto_create(broker, name)
+    except Exception as exc:
+        code, message = error_code_for(exc)
+        log.error("auto topic creation failed", topic=name, error=code.name, message=message, conn=conn.id,
+                  exc_info=exc if code == ErrorCode.unknown_server_error else None)
+        return code
+
+
 @api(3)
 async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     body = req.body
@@ -71,7 +84,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                 continue
             topic = topics.get(name)
             if topic is None:
-                code = await auto_create(broker, name) if allow_auto else ErrorCode.unknown_topic_or_partition
+                code = await _auto_create(broker, name, conn) if allow_auto else ErrorCode.unknown_topic_or_partition
                 topic = topics.get(name)
                 if topic is None:
                     entries.append(_error_topic(name, None, code))

@@ -9,14 +9,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import CloseConnection, api
+from broker.apis import CloseConnection, api, error_code_for
 from broker.flusher import now_ms
 from broker.producers import SequenceError
-from broker.structured_log import get_logger
+from broker.structured_log import Repeats, get_logger
 from protocol.codec import DecodedRequest, build, response_class
 from protocol.record_batch import InvalidRecordError, parse_produce_records
 
 log = get_logger("sharebroker.produce")
+# A producer retries a refused write every retry.backoff.ms: one line per partition and cause
+# every 10 s, with the count of the others, is enough.
+_refusals = Repeats(10.0)
 
 class ProduceError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
@@ -60,11 +63,13 @@ def _append_one(broker: Any, partition: Any, records: bytes | memoryview | None,
     buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
     result = plog.append(buf, headers, leader_epoch=partition.leader_epoch, now_ms=now,
                          log_append_time=log_append_time)
-    if result.rolled:
-        broker.segment_rolled(partition)
     if pid >= 0:
         partition.producers.record(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
                                    result.first_offset, result.last_offset, batch.max_timestamp)
+    if result.rolled:
+        # After the producer state took this batch in: the roll's snapshot is taken at the log
+        # end offset, which already counts it.
+        broker.segment_rolled(partition)
     entry: dict[str, Any] = {"error_code": ErrorCode.none, "base_offset": result.first_offset,
                              "log_start_offset": result.log_start_offset}
     if log_append_time:
@@ -85,6 +90,25 @@ def _check_timestamps(batch: Any, cfg: Any, now: int) -> None:
                            f"message.timestamp.after.max.ms ({after} ms after now).")
 
 
+def _unexpected(exc: Exception, topic: Any, index: int, conn: Any, stage: str) -> tuple[ErrorCode, str]:
+    """The partition's error for an exception of the log (a full disk, a failed fsync) or a bug:
+    KAFKA_STORAGE_ERROR or UNKNOWN_SERVER_ERROR for this partition only, as Kafka answers it."""
+    code, message = error_code_for(exc)
+    name = getattr(topic, "name", None)
+    if isinstance(exc, OSError) and code == ErrorCode.kafka_storage_error:
+        doing = "appending records to" if stage == "append" else "flushing"
+        message = f"Error while {doing} {name}-{index}: {exc.strerror or exc}"
+    if code == ErrorCode.unknown_server_error:
+        log.error("produce failed", topic=name, partition=index, stage=stage, error=code.name,
+                  message=message, conn=conn.id, exc_info=exc)
+    else:
+        held = _refusals.allow((name, index, code, stage))
+        if held is not None:
+            log.warning("produce refused", topic=name, partition=index, stage=stage, error=code.name,
+                        message=message, conn=conn.id, repeats_not_logged=held)
+    return code, message
+
+
 @api(0)
 async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     body = req.body
@@ -93,7 +117,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     now = now_ms()
     topics = broker.topics
     responses = []
-    appended: list[Any] = []
+    appended: list[tuple[Any, dict[str, Any]]] = []
     failed = False
     for td in body.topic_data:
         if v >= 13:
@@ -121,19 +145,32 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                     raise ProduceError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
                 partition = topic.partitions[pd.index]
                 entry.update(_append_one(broker, partition, pd.records, v, now))
-                appended.append(partition)
+                appended.append((partition, entry))
             except ProduceError as exc:
                 failed = True
                 entry.update(error_code=exc.code, error_message=exc.message)
                 log.warning("produce refused", topic=getattr(topic, "name", None) or str(getattr(td, "topic_id", "")),
                          partition=pd.index, error=exc.code.name, message=exc.message, conn=conn.id)
+            except Exception as exc:  # the log failed (full disk) or a bug: this partition only
+                failed = True
+                code, message = _unexpected(exc, topic, pd.index, conn, "append")
+                entry.update(error_code=code, error_message=message, base_offset=-1, log_start_offset=-1)
             parts.append(entry)
         responses.append({"name": getattr(td, "name", None), "topic_id": getattr(td, "topic_id", None),
                           "partition_responses": parts})
     # Register every partition's flush before awaiting any, so they share one group commit.
-    flushes = [f for p in appended if (f := broker.after_append(p, wait=acks != 0)) is not None]
+    flushes = [(p, entry, f) for p, entry in appended if (f := broker.after_append(p, wait=acks != 0)) is not None]
     if flushes:
-        await asyncio.gather(*flushes)
+        results = await asyncio.gather(*(f for _, _, f in flushes), return_exceptions=True)
+        for (p, entry, _), res in zip(flushes, results):
+            if isinstance(res, Exception):
+                # Appended but not durable as configured: Kafka answers the partition with the
+                # storage error (the client retries; an idempotent producer's retry is deduplicated).
+                failed = True
+                code, message = _unexpected(res, p.topic, p.index, conn, "flush")
+                entry.update(error_code=code, error_message=message, base_offset=-1, log_start_offset=-1)
+            elif isinstance(res, BaseException):
+                raise res
     if acks == 0:
         if failed:
             # Kafka closes an acks=0 connection on error: it is the only signal such a producer gets.

@@ -96,8 +96,16 @@ def _check_log_intact(bootstrap: str, topic: str, acked: dict[int, bytes]) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fsync", [True, False], ids=["group-commit-fsync", "os-flush"])
-def test_kill_during_produce_load_loses_no_acknowledged_record(make_broker, topic_name, fsync: bool) -> None:
+@pytest.mark.parametrize("fsync", [True, False], ids=["flusher-running", "no-flusher"])
+def test_process_kill_under_produce_load_keeps_acked_records_in_order_without_torn_batches(
+        make_broker, topic_name, fsync: bool) -> None:
+    """What a process crash can break: after SIGKILL and restart every acknowledged record is
+    there, offsets are contiguous, no batch is torn or fails its CRC. Both write paths: with
+    --fsync the group-commit flusher thread runs (fsync, index writes) while appends go on.
+
+    SIGKILL leaves the page cache intact, so this cannot tell whether anything was fsynced:
+    a power loss would. test_fsync_mode_answers_a_produce_only_after_the_segment_fsync checks
+    what --fsync promises, from the broker's system calls."""
     broker = make_broker(fsync=fsync)
     create_topic(broker.bootstrap, topic_name, partitions=1, config={"segment.bytes": str(1024 * 1024)})
     for _round in range(3):
@@ -195,3 +203,138 @@ def test_idempotent_retry_after_restart_is_not_duplicated(make_broker, topic_nam
                                                              base_sequence=7))
         assert int(r.error_code) == 45, r  # OUT_OF_ORDER_SEQUENCE_NUMBER: the sequence is still known
         assert rk.fetch(raw, topic_name, 0, 0).high_watermark == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# --fsync: the answer follows the fsync (observed in the broker's system calls)
+
+
+def _syscalls(trace: Path) -> list[tuple[str, str, str]]:
+    """(syscall, arguments, result) in the order they returned, from `strace -f -yy` output; a call
+    split over an "unfinished ... resumed" pair is placed where it returned, and a call's entry
+    is listed (with result "<entered>") where it was entered."""
+    import re
+
+    pending: dict[str, tuple[str, str]] = {}
+    out: list[tuple[str, str, str]] = []
+    for line in trace.read_text(errors="replace").splitlines():
+        pid, _, rest = line.partition(" ")
+        rest = rest.strip()
+        m = re.match(r"<\.\.\. (\w+) resumed>(.*)\) += (.*)$", rest)
+        if m:
+            name, args = pending.pop(pid, (m.group(1), ""))
+            out.append((name, args + m.group(2), m.group(3)))
+            continue
+        m = re.match(r"(\w+)\((.*) <unfinished \.\.\.>$", rest)
+        if m:
+            pending[pid] = (m.group(1), m.group(2))
+            out.append((m.group(1), m.group(2), "<entered>"))
+            continue
+        m = re.match(r"(\w+)\((.*)\) += (.*)$", rest)
+        if m:
+            out.append((m.group(1), m.group(2), "<entered>"))
+            out.append((m.group(1), m.group(2), m.group(3)))
+    return out
+
+
+def test_fsync_mode_answers_a_produce_only_after_the_segment_fsync(tmp_path, topic_name) -> None:
+    """--fsync (log.flush.interval.messages=1) promises that an acknowledged record is on disk.
+    A crash test cannot see that (the page cache survives a process kill), the system calls can:
+    the segment's fsync must have returned before the response is written to the socket."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integration import rawkafka as rk
+    from tests.support.broker_process import ROOT
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (apt-get install strace): it is what observes the fsync")
+    trace = tmp_path / "strace.txt"
+    ready = tmp_path / "ready"
+    data = tmp_path / "data"
+    args = [strace, "-f", "-qq", "-yy", "-s", "0", "-o", str(trace), "-e",
+            "trace=fsync,fdatasync,write,writev,pwrite64,sendto,sendmsg",
+            sys.executable, "-m", "broker", "serve", "--listeners", "PLAINTEXT://127.0.0.1:0",
+            "--data-dir", str(data), "--ready-file", str(ready), "--log-format", "json", "--fsync"]
+    if subprocess.run([strace, "--seccomp-bpf", "-qq", "-o", os.devnull, "true"], capture_output=True).returncode == 0:
+        args.insert(1, "--seccomp-bpf")  # stop only on the traced calls: start-up stays fast
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    log = open(tmp_path / "broker.log", "wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    log.close()
+    try:
+        bootstrap = wait_for(lambda: ready.exists() and ready.read_text().strip(), timeout=60,
+                             message="the broker under strace to listen")
+        if proc.poll() is not None:
+            pytest.fail((tmp_path / "broker.log").read_text()[-3000:])
+        create_topic(bootstrap, topic_name)
+        with rk.RawClient(bootstrap) as raw:
+            client = f"127.0.0.1:{raw.local_port}"
+            for i in range(3):
+                r = rk.produce(raw, topic_name, 0, rk.encode_batch([rk.Rec(b"durable-%d" % i)]))
+                assert (int(r.error_code), r.base_offset) == (0, i), r
+        # strace writes as the calls happen: wait until the three answers are in the trace.
+        segment = f"{topic_name}-0/00000000000000000000.log>"
+
+        def answered() -> tuple[list[tuple[str, str, str]], list[int]] | None:
+            calls = _syscalls(trace)
+            answers = [i for i, (name, a, res) in enumerate(calls)
+                       if res == "<entered>" and name in ("write", "writev", "sendto", "sendmsg")
+                       and f"->{client}]>" in a]
+            return (calls, answers) if len(answers) >= 3 else None
+
+        calls, answers = wait_for(answered, timeout=10, message="the answers in the system-call trace")
+    finally:
+        # Stop the broker itself (strace exits with it); strace answers a signal by hanging on.
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        for pid in (children.read_text().split() if children.exists() else []):
+            os.kill(int(pid), signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            for pid in (children.read_text().split() if children.exists() else []):
+                os.kill(int(pid), signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+    appends = [i for i, (name, a, res) in enumerate(calls)
+               if res != "<entered>" and name in ("write", "writev", "pwrite64") and a.split(",")[0].endswith(segment)]
+    fsyncs = [i for i, (name, a, res) in enumerate(calls)
+              if res == "0" and name in ("fsync", "fdatasync") and a.split(",")[0].endswith(segment)]
+    assert len(appends) == 3, f"expected three appends to {segment}: {appends}"
+    assert len(answers) == 3, f"expected three answers to {client}: {answers}"
+    for n, (append, answer) in enumerate(zip(appends, answers)):
+        assert append < answer
+        synced = [f for f in fsyncs if append < f < answer]
+        assert synced, (f"produce {n}: answered (syscall #{answer}) with no fsync of the segment returned since its "
+                        f"append (#{append}); fsyncs at {fsyncs}")
+
+
+def test_producer_state_snapshot_taken_at_a_roll_includes_the_batch_that_rolled(make_broker, topic_name) -> None:
+    """The snapshot written when a segment rolls is taken at the log end offset, after the batch
+    that rolled it: that batch must be in it. Otherwise, after a crash, the retry of that batch is
+    appended a second time instead of being recognised as a duplicate."""
+    from tests.integration import rawkafka as rk
+
+    broker = make_broker({"log.segment.bytes": str(1 << 20)})
+    create_topic(broker.bootstrap, topic_name)
+    with rk.RawClient(broker.bootstrap) as raw:
+        ip = raw.request(rk.init_producer_id_request(version=4))
+        pid, epoch = ip.producer_id, ip.producer_epoch
+        batches = [rk.encode_batch([rk.Rec(bytes([65 + seq]) * 300_000)], producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=seq) for seq in range(5)]
+        for seq in range(4):  # the fourth batch (sequence 3) rolls the 1 MiB segment
+            r = rk.produce(raw, topic_name, 0, batches[seq])
+            assert (int(r.error_code), r.base_offset) == (0, seq), r
+    assert len(list((broker.data_dir / f"{topic_name}-0").glob("*.log"))) == 2
+    broker.kill()  # no snapshot at a clean stop: the roll's snapshot is what start-up has
+    broker.start()
+    with rk.RawClient(broker.bootstrap) as raw:
+        r = rk.produce(raw, topic_name, 0, batches[3])  # the producer retries the rolling batch
+        assert (int(r.error_code), r.base_offset) == (0, 3), r
+        r = rk.produce(raw, topic_name, 0, batches[4])
+        assert (int(r.error_code), r.base_offset) == (0, 4), r
+        assert rk.fetch(raw, topic_name, 0, 0).high_watermark == 5
