@@ -112,6 +112,8 @@ class Connection:
                 return None
         if resp is None:
             return b""
+        if isinstance(resp, bytes):
+            return resp  # a hot-path handler encoded its own frame (ShareFetch)
         return encode_response(req.correlation_id, resp)
 
     def _log_frame_error(self, exc: FrameError) -> None:

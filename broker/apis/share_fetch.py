@@ -24,6 +24,7 @@ from broker.share.partition import AcquireMode
 from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
 from broker.structured_log import get_logger
 from protocol.codec import DecodedRequest, build, response_class
+from protocol.share_fetch_response import encode_share_fetch_response
 
 log = get_logger("sharebroker.share")
 
@@ -185,9 +186,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     by_topic: dict[Any, list[dict[str, Any]]] = {}
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
-    return build(cls, {
-        "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-        "acquisition_lock_timeout": broker.share_groups.limits(group_id).record_lock_duration_ms,
-        "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
-        "node_endpoints": (),
-    })
+    return encode_share_fetch_response(
+        req.correlation_id, error_code=ErrorCode.none, error_message=None,
+        acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms,
+        topics=by_topic.items())
