@@ -98,6 +98,7 @@ class Topics:
         self.logs = LogManager(log_dir)
         self.by_name: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
+        self.auto_creating: set[str] = set()  # names a Metadata request asked to create, not created yet
 
     @property
     def cluster_id(self) -> str:

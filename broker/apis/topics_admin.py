@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -10,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from broker.apis import api
 from broker.flusher import now_ms
 from broker.structured_log import get_logger
-from broker.topics import TopicError, validate_topic_name
+from broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 from config import ConfigError, describe_topic_configs, validate_topic_overrides
 from protocol.codec import DecodedRequest, build, response_class
 
@@ -58,15 +59,43 @@ def _validate_new_topic(broker: Any, name: str) -> None:
 
 
 async def auto_create(broker: Any, name: str) -> ErrorCode:
-    """Metadata-triggered creation with the broker defaults, as auto.create.topics.enable does."""
+    """Metadata-triggered creation (auto.create.topics.enable), as Kafka's AutoTopicCreationManager
+    does in KRaft: the Metadata request that triggers it is answered UNKNOWN_TOPIC_OR_PARTITION at
+    once and the topic is created after it, as a CreateTopics with num.partitions and
+    default.replication.factor sent to the controller would be; while that creation is pending,
+    further requests get the same answer and no second creation. The client sees the topic (with a
+    new topic id, if a deleted one is re-created) at its next metadata refresh."""
     if not broker.config["auto.create.topics.enable"]:
         return ErrorCode.unknown_topic_or_partition
     try:
+        validate_topic_name(name)
+    except TopicError as exc:
+        return ErrorCode(exc.code)
+    if name in INTERNAL_TOPICS:
+        # Their coordinators create them on first use with their own partition counts and
+        # settings; num.partitions would break the group-to-partition mapping.
+        return ErrorCode.unknown_topic_or_partition
+    pending = broker.topics.auto_creating
+    if name not in pending:
+        pending.add(name)
+        asyncio.get_running_loop().call_soon(_create_auto, broker, name)
+    return ErrorCode.unknown_topic_or_partition
+
+
+def _create_auto(broker: Any, name: str) -> None:
+    """The deferred half of auto_create, validated like any CreateTopics: if an explicit CreateTopics
+    created the topic first, this one fails (as Kafka's does with TOPIC_ALREADY_EXISTS) and changes
+    nothing."""
+    broker.topics.auto_creating.discard(name)
+    try:
         _validate_new_topic(broker, name)
+        _check_replication(broker, -1)
+        broker.topics.create(name, broker.config["num.partitions"], {}, now_ms())
     except AdminError as exc:
-        return exc.code
-    broker.topics.create(name, broker.config["num.partitions"], {}, now_ms())
-    return ErrorCode.none
+        level = log.info if exc.code == ErrorCode.topic_already_exists else log.warning
+        level("auto topic creation refused", topic=name, error=exc.code.name, message=exc.message)
+    except Exception:  # noqa: BLE001 - a failure (a full disk, a bug) is logged, the client retries
+        log.exception("auto topic creation failed", topic=name)
 
 
 def _config_entries(broker: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:

@@ -70,26 +70,32 @@ class ShareGroupCoordinator:
                      members=sum(len(g.members) for g in self.groups.values()))
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
+        """Kafka's replay rules: a record with a value creates its group if needed; a tombstone only
+        removes (the group, a member, the state metadata) and is ignored when its group is gone, so
+        whatever order a deletion's tombstones come in, they never bring the group back."""
         record_type, strings, fields = grec.decode(key, value)
         group_id = strings[0]
-        if record_type == grec.GROUP_METADATA:
-            if fields is None:
-                self.groups.pop(group_id, None)
-            else:
-                self.groups.setdefault(group_id, ShareGroup(group_id)).epoch = fields["epoch"]
-            return
         group = self.groups.get(group_id)
+        if fields is None:
+            if group is None:
+                return
+            if record_type == grec.GROUP_METADATA:
+                del self.groups[group_id]
+            elif record_type == grec.STATE_PARTITIONS:
+                group.initialized = {}
+                group.known_topics = {}
+            elif record_type in (grec.MEMBER_METADATA, grec.MEMBER_ASSIGNMENT):
+                group.members.pop(strings[1], None)
+            return
         if group is None:
             group = self.groups[group_id] = ShareGroup(group_id)
-        if record_type == grec.STATE_PARTITIONS and fields is not None:
+        if record_type == grec.GROUP_METADATA:
+            group.epoch = fields["epoch"]
+        elif record_type == grec.STATE_PARTITIONS:
             group.initialized = {tid: set(ps) for tid, (_, ps) in fields["initialized"].items()}
             group.known_topics = {name: tid for tid, (name, _) in fields["initialized"].items() if name}
         elif record_type in (grec.MEMBER_METADATA, grec.MEMBER_ASSIGNMENT):
-            member_id = strings[1]
-            if fields is None:
-                group.members.pop(member_id, None)
-                return
-            member = group.members.setdefault(member_id, ShareMember(member_id))
+            member = group.members.setdefault(strings[1], ShareMember(strings[1]))
             for name, value_ in fields.items():
                 setattr(member, name, value_)
 
@@ -262,9 +268,9 @@ class ShareGroupCoordinator:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
             now = now_ms()
             for group in list(self.groups.values()):
-                if self.groups.get(group.group_id) is not group:
-                    continue  # deleted meanwhile
                 async with self._serialized(group.group_id):
+                    if self.groups.get(group.group_id) is not group:
+                        continue  # deleted while this sweep waited for the group
                     for member_id in group.expired_members(now):
                         group.remove_member(member_id)
                         log.info("share group member expired", group=group.group_id, member=member_id,
@@ -277,10 +283,13 @@ class ShareGroupCoordinator:
                         log.warning("share group record write failed", group=group.group_id, error=str(exc))
 
     async def topic_deleted(self, topic_id: uuid.UUID, partitions: int) -> None:
-        for group in self.groups.values():
-            if group.forget_topic(topic_id):
+        for group_id in list(self.groups):  # groups may come and go while this awaits
+            async with self._serialized(group_id):
+                group = self.groups.get(group_id)
+                if group is None or not group.forget_topic(topic_id):
+                    continue
                 for index in range(partitions):
-                    await self.broker.share_persister.delete(group.group_id, topic_id, index)
+                    await self.broker.share_persister.delete(group_id, topic_id, index)
                 await self.persist(group)
 
     def describe_configs(self, group_id: str) -> list[Any]:
@@ -387,22 +396,50 @@ class ShareGroupCoordinator:
         return results
 
     async def delete_group(self, group_id: str) -> tuple[ErrorCode, str | None]:
-        try:
-            group = self._require_empty_share_group(group_id, create=False)
-        except HeartbeatError as exc:
-            return exc.code, exc.message
-        for topic_id, parts in group.initialized.items():
-            for index in sorted(parts):
-                await self.broker.share_persister.delete(group_id, topic_id, index)
-            self._drop_leaders(group_id, topic_id, parts)
-        del self.groups[group_id]
-        records = grec.group_tombstones(group_id)
-        for member_id in self._persisted_members.pop(group_id, set()):
-            records.extend(grec.member_tombstones(group_id, member_id))
-        self._persisted.pop(group_id, None)
-        await self.broker.group_log.append(group_id, records)
-        log.info("share group deleted", group=group_id)
-        return ErrorCode.none, None
+        """DeleteGroups for an empty share group: delete the share state of its initialized
+        partitions, then write Kafka's tombstones in Kafka's order (members, the state-partition
+        metadata, the group record last). Its configs stay, as in Kafka, where they live in the
+        cluster metadata apart from the group and apply again if the group id is used again."""
+        async with self._serialized(group_id):
+            try:
+                group = self._require_empty_share_group(group_id, create=False)
+            except HeartbeatError as exc:
+                return exc.code, exc.message
+            deleting = {tid: sorted(parts) for tid, parts in group.initialized.items()}
+            failure: PersisterError | None = None
+            for topic_id, parts in deleting.items():
+                try:
+                    for index in parts:
+                        await self.broker.share_persister.delete(group_id, topic_id, index)
+                except PersisterError as exc:
+                    failure = exc
+                    break
+                finally:
+                    self._drop_leaders(group_id, topic_id, parts)
+                group.forget_topic(topic_id)  # its state is gone: initialized again if the group stays
+            if failure is not None:  # Kafka keeps the group and answers the persister's error
+                log.warning("share group not deleted: share state deletion failed", group=group_id,
+                            error=failure.code.name, message=failure.message)
+                await self.persist(group)
+                return failure.code, failure.message
+            records: list[tuple[bytes, bytes | None]] = []
+            for member_id in sorted(self._persisted_members.get(group_id, set())):
+                records.extend(grec.member_tombstones(group_id, member_id))
+            tombstones = grec.group_tombstones(group_id)
+            records.extend(r for r in tombstones if grec.decode(*r)[0] != grec.GROUP_METADATA)
+            records.extend(r for r in tombstones if grec.decode(*r)[0] == grec.GROUP_METADATA)
+            # Gone from memory in the same step as the tombstones reach the log, so that a group
+            # log compaction never restates it after them; back if the write fails.
+            del self.groups[group_id]
+            try:
+                await self.broker.group_log.append(group_id, records)
+            except Exception:
+                self.groups[group_id] = group
+                raise
+            self._persisted_members.pop(group_id, None)
+            self._persisted.pop(group_id, None)
+            log.info("share group deleted", group=group_id, topics=len(deleting))
+            return ErrorCode.none, None
 
     async def describe_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None) -> list[dict[str, Any]]:
         """DescribeShareGroupOffsets rows: start offset from the persisted state, lag = end offset
