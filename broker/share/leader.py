@@ -93,6 +93,8 @@ class SharePartitionLeader:
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writes_in_flight = 0
+        self._persisted_start = -1
         self.fenced = False
 
     @property
@@ -134,6 +136,7 @@ class SharePartitionLeader:
         except ValueError as exc:
             raise LeaderError(ErrorCode.unknown_server_error, f"Invalid persisted share state: {exc}") from None
         self.state_epoch = state.state_epoch
+        self._persisted_start = state.start_offset
         plog = self.partition.log
         if sp.start_offset < plog.log_start_offset:
             sp.move_log_start(plog.log_start_offset)
@@ -165,12 +168,14 @@ class SharePartitionLeader:
         assert sp is not None
         limits = self.owner.limits(self.group_id)
         batches = [StateBatch(b.first_offset, b.last_offset, int(b.state), b.delivery_count) for b in write.batches]
+        self._writes_in_flight += 1
         try:
             await self.persister.write(
                 self.group_id, self.topic_id, self.partition.index, state_epoch=self.state_epoch,
                 leader_epoch=self.partition.leader_epoch, start_offset=write.start_offset,
                 delivery_complete_count=write.delivery_complete_count, batches=batches)
         except PersisterError as exc:
+            self._writes_in_flight -= 1
             if write.kind == "expiry" or ignore_failure:
                 sp.commit(write, now_ms=self.clock.monotonic_ms())
             else:
@@ -185,8 +190,19 @@ class SharePartitionLeader:
             if write.kind != "expiry" and not ignore_failure:
                 raise mapped from None
             return
+        except BaseException:
+            self._writes_in_flight -= 1
+            raise
+        self._writes_in_flight -= 1
+        self._persisted_start = max(self._persisted_start, write.start_offset)
         sp.commit(write, now_ms=self.clock.monotonic_ms())
         self._after_change()
+        if self._writes_in_flight == 0 and sp.start_offset > self._persisted_start and not self.fenced:
+            # Writes that overlapped each other each computed the start offset without the
+            # others' acknowledgements; once the last settles, the one SPSO they reached together
+            # is persisted, so START-OFFSET never stays behind completed records.
+            self._spawn(self._persist(StateWrite(sp.start_offset, sp.delivery_complete_count, [], "start"),
+                                      ignore_failure=True))
 
     def _after_change(self) -> None:
         self._arm_timer()

@@ -756,3 +756,37 @@ def test_consumer_groups_describe_reset_and_delete(make_broker, topic_name):
     fails(_consumer_groups(b, "--describe"), 2, "Option [describe] takes one of these options")
     fails(_consumer_groups(b, "--reset-offsets", "--group", group, "--topic", topic_name), 2,
           "requires exactly one of these scenarios")
+
+
+def test_start_offset_after_churn_covers_every_acknowledged_record(make_broker, topic_name):
+    """Issue 10 defect 4: after members come and go and every record was acknowledged, the
+    described START-OFFSET is the end of each partition (the acknowledgement writes carry the
+    start offset they move to), not a value several batches behind with LAG 0."""
+    from tests.integration.share_helpers import produce_values
+
+    b = make_broker(FAST_SHARE_BROKER).bootstrap
+    create_topic(b, topic_name, 4)
+    group = new_group()
+    set_earliest(b, group)
+    per_partition = 100
+    for p in range(4):
+        produce_values(b, topic_name, [f"{p}-{i}".encode() for i in range(per_partition)], partition=p)
+    seen: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < 4 * per_partition and time.monotonic() < deadline:
+        group_members = [share_consumer(b, group, [topic_name], explicit=True) for _ in range(3)]
+        try:
+            for _ in range(4):
+                for c in group_members:
+                    for m in c.poll(0.3):
+                        if m.error() is None:
+                            c.acknowledge(m)
+                            seen.add((m.partition(), m.offset()))
+            for c in group_members:
+                c.commit_sync(10)
+        finally:
+            _closing(*group_members)
+    assert len(seen) == 4 * per_partition
+    rows = wait_for(lambda: (lambda r: r if all(x["LAG"] == "0" for x in r) and len(r) == 4 else None)(
+        table_dicts(ok(share_describe(b, group)).stdout)), TIMEOUT, 0.2, "lag 0 on every partition")
+    assert sorted((x["PARTITION"], x["START-OFFSET"]) for x in rows) == [(str(p), str(per_partition)) for p in range(4)]

@@ -158,3 +158,21 @@ async def test_lock_expiry_is_persisted_by_a_tracked_task_and_survives_restart(t
     # the next delivery counts the expired one
     (r,) = acquire(leader, n=2)
     assert r.delivery_count == 2
+
+
+async def test_overlapping_acknowledgements_persist_the_start_offset_they_reach_together(tmp_path):
+    """Issue 10 defect 4: two members' acknowledgements in flight at once each compute the start
+    offset without the other's; once both settle, the persisted start offset is the leader's."""
+    import asyncio
+
+    leader, persister, _clock, _host = await make_leader(tmp_path, 4)
+    persister.delay = 3
+    a = acquire(leader, "m1", n=2)
+    b = acquire(leader, "m2", n=2)
+    assert (a[0].first_offset, b[0].first_offset) == (0, 2)
+    await asyncio.gather(leader.acknowledge("m2", [(2, 3, [ACCEPT])], is_renew=False),
+                         leader.acknowledge("m1", [(0, 1, [ACCEPT])], is_renew=False))
+    while leader._tasks:
+        await asyncio.gather(*leader._tasks)
+    assert leader.sp.start_offset == 4
+    assert persister.store.summary((GROUP, leader.topic_id, 0)).start_offset == 4
