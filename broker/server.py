@@ -19,6 +19,7 @@ from broker.groups.classic_coordinator import ClassicGroupCoordinator
 from broker.groups.coordinator import ShareGroupCoordinator
 from broker.groups.group_log import GroupLog
 from broker.memory import tune_allocator
+from broker.clock import LoopClock
 from broker.share.partitions import SharePartitions
 from broker.share_state.coordinator import ShareCoordinator
 from broker.structured_log import get_logger
@@ -36,12 +37,13 @@ class Broker:
         self.config = config
         self.node_id: int = config.node_id
         self.log_dir: Path = config.log_dir
+        self.clock = LoopClock()  # deadlines on the monotonic clock, timers on the loop
         self.topics = Topics(config, self.log_dir)
         self.share_persister = ShareCoordinator(self)
         self.group_log = GroupLog(self)
         self.share_groups = ShareGroupCoordinator(self)
         self.classic_groups = ClassicGroupCoordinator(self)
-        self.share = SharePartitions(self, self.share_persister)
+        self.share = SharePartitions(self, self.share_persister, self.clock)
         self.flusher: Flusher | None = None
         self.features_epoch = 0
         self.ready_file = ready_file

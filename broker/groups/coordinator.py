@@ -14,7 +14,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.flusher import now_ms
 from broker.groups import records as grec
 from broker.groups.share_group import (
     HeartbeatError,
@@ -57,7 +56,7 @@ class ShareGroupCoordinator:
         self.broker.group_log.register(self._restate)
         self.broker.group_log.replay({t: self._replay for t in (grec.MEMBER_METADATA, grec.GROUP_METADATA,
                                                                grec.MEMBER_ASSIGNMENT, grec.STATE_PARTITIONS)})
-        now = now_ms()
+        now = self.broker.clock.monotonic_ms()
         for group in self.groups.values():
             group.restore(self._topic_infos(group.subscribed_topic_names()))
             timeout = self.config(group.group_id).share_session_timeout_ms
@@ -222,7 +221,7 @@ class ShareGroupCoordinator:
         before = group.members[member_id].assignment if member_id in group.members else None
         group.heartbeat(member_id=member_id, member_epoch=epoch, rack_id=body.rack_id,
                         subscribed=subscribed, client_id=conn.client_id or "", client_host=conn.client_host,
-                        now_ms=now_ms(), session_timeout_ms=cfg.share_session_timeout_ms,
+                        now_ms=self.broker.clock.monotonic_ms(), session_timeout_ms=cfg.share_session_timeout_ms,
                         max_size=self.broker.config["group.share.max.size"])
         if epoch == -1:
             log.info("share group member left", group=group_id, member=member_id)
@@ -266,7 +265,7 @@ class ShareGroupCoordinator:
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
-            now = now_ms()
+            now = self.broker.clock.monotonic_ms()  # session deadlines never follow a wall-clock step
             for group in list(self.groups.values()):
                 async with self._serialized(group.group_id):
                     if self.groups.get(group.group_id) is not group:

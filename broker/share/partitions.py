@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from broker.clock import Clock, LoopClock
+from broker.clock import Clock
 from broker.share.leader import OffsetReset, SharePartitionLeader
 from broker.share.partition import ShareLimits
 from broker.share_state.persister import Persister
@@ -20,10 +20,10 @@ LeaderKey = tuple[str, uuid.UUID, int]
 
 
 class SharePartitions:
-    def __init__(self, broker: Any, persister: Persister, clock: Clock | None = None) -> None:
+    def __init__(self, broker: Any, persister: Persister, clock: Clock) -> None:
         self.broker = broker
         self.persister = persister
-        self.clock: Clock = clock if clock is not None else LoopClock()
+        self.clock = clock
         self.leaders: dict[LeaderKey, SharePartitionLeader] = {}
         self.sessions = ShareSessionCache(broker.config["group.share.max.share.sessions"])
         self._waiters: dict[LeaderKey, set[asyncio.Future[None]]] = {}
