@@ -304,14 +304,16 @@ class SharePartitionLeader:
         if sp is None:
             return
         deadline = sp.next_lock_deadline()
-        if deadline == self._timer_at:
+        if deadline is None or (self._timer is not None and self._timer_at is not None
+                                and self._timer_at <= deadline):
+            # A timer due no later stays armed: when it fires early it finds nothing due and
+            # arms the next deadline, so acquiring and acknowledging one record at a time never
+            # cancels and re-creates loop timers.
             return
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
         self._timer_at = deadline
-        if deadline is not None:
-            self._timer = self.clock.call_at(deadline, self._on_timer)
+        self._timer = self.clock.call_at(deadline, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
