@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= ./data
 LISTENERS ?= PLAINTEXT://127.0.0.1:9092
 
-.PHONY: run test venv bytecode bench lint clean
+.PHONY: run test venv bytecode bench fuzz lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ test: venv bytecode
 bench: venv bytecode
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Mutation fuzzing of the request decoder: FUZZ_EXAMPLES inputs (a short seeded pass runs in `make test`).
+FUZZ_EXAMPLES ?= 1000000
+fuzz: venv bytecode
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz --timeout=0 --hypothesis-show-statistics
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) *.egg-info

@@ -23,6 +23,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from protocol.bounds import MalformedLengths, check_body, check_header
 from protocol.api_table import is_supported
 from protocol.produce_request import decode_produce_body
 
@@ -82,6 +83,8 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
         req_cls = request_class(api_key, api_version)
         writable = isinstance(frame, memoryview) and not frame.readonly
         readable = frame.toreadonly() if writable else frame  # kio reads read-only buffers only
+        # Every declared length must fit in the frame before kio's reader trusts it.
+        check_body(req_cls, readable, check_header(req_cls.__header_schema__, readable))
         header, used = entity_reader(req_cls.__header_schema__)(readable, 0)
         # Trailing bytes after the body are tolerated (librdkafka's Metadata quirk).
         if api_key == PRODUCE and writable:
@@ -90,6 +93,8 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
             body = decode_produce_body(frame, used, api_version)
         else:
             body, _ = entity_reader(req_cls)(readable, used)
+    except MalformedLengths as exc:
+        raise FrameError(f"malformed request: {exc}", **ids) from None
     except KeyError as exc:  # kio: "Unknown tagged field tag: N"
         raise FrameError(f"undecodable request: {exc}", **ids) from None
     except (ValueError, IndexError, TypeError, OverflowError, UnicodeDecodeError, RuntimeError) as exc:

@@ -168,7 +168,43 @@ def _unsupported_version_of_other_api() -> bytes:
     return _frame(_header_v1(3, 999, 1) + b"\x00" * 8)
 
 
+def _header_v2(api_key: int, version: int, corr: int) -> bytes:
+    return _header_v1(api_key, version, corr) + b"\x00"  # + no tagged fields
+
+
+def _compact_str(text: str) -> bytes:
+    return bytes([len(text) + 1]) + text.encode()
+
+
+# Issue 11 defect 1: a declared array length of 2^32 - 2 made kio's native reader reserve 32 GiB
+# and the process abort. These exact frames must close only their connection.
+_METADATA_V13_HUGE_ARRAY = bytes.fromhex("000000170003000d00000002000772646b61666b6100ffffffff0f")
+
+
+def _incremental_alter_configs_v1_huge_array() -> bytes:
+    return _frame(_header_v2(44, 1, 1) + b"\xff\xff\xff\xff\x0f" + b"\x00\x00")
+
+
+# Issue 11 defect 4: a null where the schema has a non-nullable array crashed the handler.
+def _list_offsets_v7_null_topics() -> bytes:
+    return _frame(_header_v2(2, 7, 1) + struct.pack(">ib", -1, 0) + b"\x00" + b"\x00")
+
+
+def _offset_fetch_v9_null_groups() -> bytes:
+    return _frame(_header_v2(9, 9, 1) + b"\x00" + b"\x00" + b"\x00")
+
+
+def _offset_commit_v9_null_topics() -> bytes:
+    return _frame(_header_v2(8, 9, 1) + _compact_str("g") + struct.pack(">i", 1) + _compact_str("m")
+                  + b"\x00" + b"\x00" + b"\x00")
+
+
 CLOSING_CASES = {
+    "metadata-v13-array-of-2^32": (lambda: _METADATA_V13_HUGE_ARRAY, False),
+    "incremental-alter-configs-v1-array-of-2^32": (_incremental_alter_configs_v1_huge_array, False),
+    "list-offsets-v7-null-topics": (_list_offsets_v7_null_topics, False),
+    "offset-fetch-v9-null-groups": (_offset_fetch_v9_null_groups, False),
+    "offset-commit-v9-null-topics": (_offset_commit_v9_null_topics, False),
     "garbage": (_garbage, False),
     "garbage-body": (_garbage_after_valid_header, False),
     "oversize-length": (lambda: struct.pack(">i", 0x7FFFFFFF) + b"\x00" * 16, False),
