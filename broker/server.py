@@ -20,6 +20,7 @@ from broker.groups.coordinator import ShareGroupCoordinator
 from broker.groups.group_log import GroupLog
 from broker.memory import tune_allocator
 from broker.clock import LoopClock
+from storage.files import LogDirLock
 from broker.share.partitions import SharePartitions
 from broker.share_state.coordinator import ShareCoordinator
 from broker.structured_log import get_logger
@@ -38,6 +39,7 @@ class Broker:
         self.node_id: int = config.node_id
         self.log_dir: Path = config.log_dir
         self.clock = LoopClock()  # deadlines on the monotonic clock, timers on the loop
+        self._dir_lock = LogDirLock(self.log_dir)
         self.topics = Topics(config, self.log_dir)
         self.share_persister = ShareCoordinator(self)
         self.group_log = GroupLog(self)
@@ -90,6 +92,7 @@ class Broker:
     async def start(self) -> None:
         t0 = time.perf_counter()
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_lock.acquire()  # before any other file of the directory is touched
         notes = self.topics.open(now_ms())
         for note in notes:
             log.warning("log recovery", detail=note)
@@ -157,6 +160,7 @@ class Broker:
         if self.flusher is not None:
             await self.flusher.stop()
         self.topics.close()
+        self._dir_lock.release()
         log.info("broker stopped")
 
     # -- topic changes other owners must hear about ----------------------------------------------

@@ -3,9 +3,41 @@ offset checkpoint text format."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Mapping
 from pathlib import Path
+
+LOCK_FILE = ".lock"
+
+
+class LogDirInUse(OSError):
+    """Another process holds the log directory's lock."""
+
+
+class LogDirLock:
+    """Kafka's exclusive lock on `<log dir>/.lock`, held for the broker's life: taken before any
+    other file of the directory is opened, so a second broker on the same directory stops before
+    it can recover (truncate) or write anything. The kernel drops it when the process dies."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.path = Path(log_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirInUse(f"Failed to acquire lock on file {LOCK_FILE} in {self.path.parent}. A Kafka "
+                              "instance in another process or thread is using this directory.") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def fsync_dir(path: Path) -> None:
