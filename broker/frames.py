@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 MIN_FRAME = 8  # api key, api version, correlation id
-_STAGING = 256 * 1024
-_LARGE = 64 * 1024  # frames above this get a buffer of their own
+_STAGING = 16 * 1024  # per connection: an idle connection costs little more than this
+_LARGE = 8 * 1024  # frames above this get a buffer of their own...
+_FIRST_CHUNK = 1 << 20  # ...sized to what arrived, at most this at first, doubled as bytes come
 _MAX_QUEUED = 16  # frames waiting for the connection task before reading pauses...
 _MAX_QUEUED_BYTES = 8 << 20  # ...or bytes of them
 _MAX_SPARE_BYTES = 8 << 20  # frame buffers kept for reuse, per connection
@@ -43,8 +45,12 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._view = memoryview(self._staging)
         self._start = 0  # unparsed bytes are staging[_start:_end]
         self._end = 0
-        self._large: memoryview | None = None  # a large frame being filled from the socket
+        # A large frame being filled from the socket: its buffer grows with the bytes that
+        # arrive, so a frame that declares 100 MiB and stalls holds what it sent, not 100 MiB.
+        self._large: memoryview | None = None
         self._large_got = 0
+        self._large_size = 0
+        self.last_active = time.monotonic()
         # Large frames' buffers, handed back once decoded: reusing them spares allocating and
         # zero-filling (and page-faulting) a fresh megabyte for every produce request. A client
         # that pipelines has the next frame arriving before the last is handed back, so several.
@@ -72,16 +78,31 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._on_open(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large is not None:
-            return self._large[self._large_got:]
+        large = self._large
+        if large is not None:
+            if self._large_got == len(large):
+                large = self._grow_large()
+            return large[self._large_got:]
         return self._view[self._end:]
 
+    def _grow_large(self) -> memoryview:
+        """Double the large frame's buffer (up to its declared size), keeping what arrived."""
+        old = self._large
+        assert old is not None
+        frame = memoryview(self._spare_for(min(self._large_size, 2 * len(old))))
+        frame = frame[:min(self._large_size, 2 * len(old))]
+        frame[:self._large_got] = old[:self._large_got]
+        old.release()
+        self._large = frame
+        return frame
+
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         if self._end_state is not None:  # after an invalid size nothing more is framed
             return
         if self._large is not None:
             self._large_got += nbytes
-            if self._large_got == len(self._large):
+            if self._large_got == self._large_size:
                 self._push(self._large)  # writable: a Produce request's offsets are stamped in place
                 self._large = None
             return
@@ -126,9 +147,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 start += 4 + size
                 continue
             if size > _LARGE:
-                frame = memoryview(self._spare_for(size))[:size]
+                first = min(size, max(_FIRST_CHUNK, have))
+                frame = memoryview(self._spare_for(first))[:first]
                 frame[:have] = view[start + 4:end]
-                self._large, self._large_got = frame, have
+                self._large, self._large_got, self._large_size = frame, have, size
                 start = end
             break
         if start == end:
@@ -149,7 +171,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def _truncation(self) -> FrameEnd | None:
         if self._large is not None:
             return FrameEnd("truncated frame", "truncated frame",
-                            {"expected_bytes": len(self._large), "got_bytes": self._large_got})
+                            {"expected_bytes": self._large_size, "got_bytes": self._large_got})
         pending = self._end - self._start
         if pending == 0:
             return None
@@ -229,6 +251,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def write(self, data: bytes) -> None:
         """Queue a response; responses queued in one turn of the event loop (a pipelining client's
         answers) leave in one send at the end of it."""
+        self.last_active = time.monotonic()
         self._out.append(data)
         if len(self._out) == 1:
             asyncio.get_running_loop().call_soon(self._flush)

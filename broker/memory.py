@@ -37,3 +37,15 @@ def tune_allocator() -> bool:
     if not ok:
         log.info("allocator thresholds not applied")
     return ok
+
+
+def trim_heap() -> None:
+    """Give free heap pages back to the OS (glibc's malloc_trim), e.g. after many connections
+    closed: their buffers were freed, but inside the heap, where RSS still counts them."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass

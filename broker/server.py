@@ -18,7 +18,7 @@ from broker.frames import FrameProtocol
 from broker.groups.classic_coordinator import ClassicGroupCoordinator
 from broker.groups.coordinator import ShareGroupCoordinator
 from broker.groups.group_log import GroupLog
-from broker.memory import tune_allocator
+from broker.memory import trim_heap, tune_allocator
 from broker.clock import LoopClock
 from storage.files import LogDirLock
 from broker.share.partitions import SharePartitions
@@ -54,6 +54,8 @@ class Broker:
         self.port_advertised = 0
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._open: dict[Connection, FrameProtocol] = {}
+        self._closed_since_trim = 0
         self._timers: list[asyncio.Task[None]] = []
         self._producer_ids: range = range(0)
         self._producer_id_iter: Any = iter(())
@@ -131,16 +133,37 @@ class Broker:
             os.replace(tmp, self.ready_file)
 
     def _accept(self, frames: FrameProtocol) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve_connection(Connection(self, frames)))
+        conn = Connection(self, frames)
+        task = asyncio.get_running_loop().create_task(self._serve_connection(conn))
         self._connections.add(task)
+        self._open[conn] = frames
         task.add_done_callback(self._connections.discard)
 
-    @staticmethod
-    async def _serve_connection(conn: Connection) -> None:
+    async def _serve_connection(self, conn: Connection) -> None:
         try:
             await conn.serve()
         except asyncio.CancelledError:
             pass
+        finally:
+            self._open.pop(conn, None)
+            self._closed_since_trim += 1
+            if self._closed_since_trim == 64:  # many went: give their freed buffers back soon
+                asyncio.get_running_loop().call_later(1.0, self._trim)
+
+    def _trim(self) -> None:
+        self._closed_since_trim = 0
+        trim_heap()
+
+    def _close_idle(self) -> None:
+        """connections.max.idle.ms, as Kafka enforces it: a connection with no bytes in or out for
+        that long is closed."""
+        idle_s = self.config["connections.max.idle.ms"] / 1000
+        now = time.monotonic()
+        for conn, frames in list(self._open.items()):
+            if now - frames.last_active > idle_s:
+                log.info("closing idle connection", conn=conn.id, peer=conn.peer,
+                         idle_ms=round((now - frames.last_active) * 1000))
+                frames.close()
 
     async def stop(self) -> None:
         log.info("broker stopping")
@@ -242,6 +265,8 @@ class Broker:
         self._timers.append(loop.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)))
         self._timers.append(loop.create_task(self._every(self._flush_check_ms(), self._time_flush)))
         self._timers.append(loop.create_task(self._every(60_000, self._expire_producers)))
+        idle_ms = self.config["connections.max.idle.ms"]
+        self._timers.append(loop.create_task(self._every(max(100, min(idle_ms // 4, 30_000)), self._close_idle)))
 
     def _flush_check_ms(self) -> int:
         interval = self.config["log.flush.scheduler.interval.ms"]

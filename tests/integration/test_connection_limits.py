@@ -1,0 +1,80 @@
+"""Memory and lifetime of connections (issue 11 defect 2): a frame that declares a large size
+and stalls costs what it sent, not what it declared; idle connections are closed after
+`connections.max.idle.ms`; the memory of many idle connections comes back when they go."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from tests.integration.clients import consume_from_beginning, create_topic, produce_sync, producer_conf
+from tests.support.broker_process import wait_for
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _connect(bootstrap: str) -> socket.socket:
+    host, port = bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def test_stalled_frames_declaring_100_mib_cost_only_what_they_sent(make_broker, topic_name):
+    b = make_broker({"socket.request.max.bytes": str(104857600 + 100)})
+    create_topic(b.bootstrap, topic_name)
+    p = Producer(producer_conf(b.bootstrap))
+    produce_sync(p, topic_name, [{"value": b"before", "partition": 0}])
+    base = rss_mb(b.proc.pid)
+    stalled = []
+    try:
+        for _ in range(40):
+            s = _connect(b.bootstrap)
+            # a Produce header and a few body bytes of a frame declared as 100 MiB, then nothing
+            s.sendall(struct.pack(">ihhih", 104857600, 0, 9, 1, 3) + b"neg" + b"\x00" * 90)
+            stalled.append(s)
+        wait_for(lambda: b.log_text().count("connection opened") >= 41, 10, message="40 stalled connections")
+        # before: every connection reserved and zero-filled its declared 100 MiB (4 GB in all);
+        # watched for a second so a slow read cannot pass it
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            grown = rss_mb(b.proc.pid) - base
+            assert grown < 100, f"40 stalled frames grew the broker by {grown:.0f} MB"
+        produce_sync(p, topic_name, [{"value": b"during", "partition": 0}])
+        assert [m.value() for m in consume_from_beginning(b.bootstrap, topic_name, 2)] == [b"before", b"during"]
+    finally:
+        for s in stalled:
+            s.close()
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(make_broker):
+    b = make_broker({"connections.max.idle.ms": "1000"})
+    s = _connect(b.bootstrap)
+    s.settimeout(10)
+    t0 = time.monotonic()
+    assert s.recv(1) == b""  # closed by the broker
+    assert 0.9 <= time.monotonic() - t0 < 5
+    assert "closing idle connection" in b.log_text()
+
+
+def test_memory_of_many_idle_connections_comes_back(make_broker):
+    b = make_broker({"connections.max.idle.ms": "600000"})
+    base = rss_mb(b.proc.pid)
+    socks = [_connect(b.bootstrap) for _ in range(600)]
+    try:
+        wait_for(lambda: b.log_text().count("connection opened") >= 600, 20, message="600 connections opened")
+        held = rss_mb(b.proc.pid) - base
+        assert held / 600 * 1024 < 64, f"{held / 600 * 1024:.0f} KB per idle connection"
+    finally:
+        for s in socks:
+            s.close()
+    wait_for(lambda: b.log_text().count("connection closed") >= 600, 20, message="600 connections closed")
+    # their buffers are freed and handed back to the OS (malloc_trim) soon after they go
+    wait_for(lambda: rss_mb(b.proc.pid) - base < max(held / 2, 8), 10, message="memory back after the close")
