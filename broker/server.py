@@ -55,6 +55,8 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._open: dict[Connection, FrameProtocol] = {}
+        self._per_ip_limits = {ip.strip(): int(n) for ip, _, n in (
+            pair.rpartition(":") for pair in config["max.connections.per.ip.overrides"].split(",") if pair.strip())}
         self._closed_since_trim = 0
         self._timers: list[asyncio.Task[None]] = []
         self._producer_ids: range = range(0)
@@ -133,6 +135,12 @@ class Broker:
             os.replace(tmp, self.ready_file)
 
     def _accept(self, frames: FrameProtocol) -> None:
+        refused = self._over_limit(frames.peername()[0])
+        if refused is not None:
+            # As Kafka: a connection over max.connections or max.connections.per.ip is closed at once.
+            log.warning("connection refused", peer=frames.peername()[0], reason=refused)
+            frames.close()
+            return
         conn = Connection(self, frames)
         task = asyncio.get_running_loop().create_task(self._serve_connection(conn))
         self._connections.add(task)
@@ -153,6 +161,14 @@ class Broker:
     def _trim(self) -> None:
         self._closed_since_trim = 0
         trim_heap()
+
+    def _over_limit(self, ip: str) -> str | None:
+        if len(self._open) >= self.config["max.connections"]:
+            return f"max.connections ({self.config['max.connections']}) reached"
+        limit = self._per_ip_limits.get(ip, self.config["max.connections.per.ip"])
+        if sum(1 for c in self._open if c.peer.rsplit(":", 1)[0] == ip) >= limit:
+            return f"max.connections.per.ip ({limit}) reached for {ip}"
+        return None
 
     def _close_idle(self) -> None:
         """connections.max.idle.ms, as Kafka enforces it: a connection with no bytes in or out for

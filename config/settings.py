@@ -378,6 +378,12 @@ def _broker_defs() -> list[ConfigDef]:
         d("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF for client sockets; -1 uses the OS default."),
         d("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", AtLeast(1)),
         d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many milliseconds."),
+        d("max.connections", "int", 2147483647, "Most client connections open at once; a new connection above it "
+          "is closed at once.", AtLeast(0)),
+        d("max.connections.per.ip", "int", 2147483647, "Most connections from one IP address; a new connection "
+          "above it is closed at once.", AtLeast(0)),
+        d("max.connections.per.ip.overrides", "string", "", "Per-IP (or host name) limits overriding "
+          "max.connections.per.ip, as ip:limit pairs separated by commas."),
         d("fetch.max.bytes", "int", 57671680, "Most bytes returned by one Fetch or ShareFetch response.", AtLeast(1024)),
         d("max.incremental.fetch.session.cache.slots", "int", 1000, "Most incremental fetch sessions kept.", AtLeast(0)),
         # -- logs ----------------------------------------------------------------------------------

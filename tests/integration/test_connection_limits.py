@@ -78,3 +78,18 @@ def test_memory_of_many_idle_connections_comes_back(make_broker):
     wait_for(lambda: b.log_text().count("connection closed") >= 600, 20, message="600 connections closed")
     # their buffers are freed and handed back to the OS (malloc_trim) soon after they go
     wait_for(lambda: rss_mb(b.proc.pid) - base < max(held / 2, 8), 10, message="memory back after the close")
+
+
+def test_max_connections_and_per_ip_limits_close_new_connections(make_broker):
+    b = make_broker({"max.connections": "5", "max.connections.per.ip.overrides": "127.0.0.1:3"})
+    kept = [_connect(b.bootstrap) for _ in range(3)]
+    try:
+        wait_for(lambda: b.log_text().count("connection opened") >= 3, 10, message="3 connections")
+        extra = _connect(b.bootstrap)
+        extra.settimeout(5)
+        assert extra.recv(1) == b""  # closed at once: the per-IP override is 3
+        assert "max.connections.per.ip (3) reached for 127.0.0.1" in b.log_text()
+        extra.close()
+    finally:
+        for s in kept:
+            s.close()
