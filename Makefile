@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= ./data
 LISTENERS ?= PLAINTEXT://127.0.0.1:9092
 
-.PHONY: run test venv bytecode bench fuzz lint clean
+.PHONY: run test venv bytecode bench fuzz chaos lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ bench: venv bytecode
 FUZZ_EXAMPLES ?= 1000000
 fuzz: venv bytecode
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz --timeout=0 --hypothesis-show-statistics
+
+# kill -9 chaos run: CHAOS_CYCLES restarts under producers, share consumers and a classic group.
+CHAOS_CYCLES ?= 20
+chaos: venv bytecode
+	$(PY) -m tests.chaos.harness --cycles $(CHAOS_CYCLES)
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) *.egg-info
