@@ -79,7 +79,10 @@ class Reader:
         self.pos = pos
 
     def _take(self, s: struct.Struct) -> int:
-        (v,) = s.unpack_from(self.data, self.pos)
+        try:
+            (v,) = s.unpack_from(self.data, self.pos)
+        except struct.error:
+            raise ValueError("truncated record") from None
         self.pos += s.size
         return v
 
@@ -98,6 +101,8 @@ class Reader:
     def uvarint(self) -> int:
         shift = result = 0
         while True:
+            if self.pos >= len(self.data):
+                raise ValueError("truncated varint")
             b = self.data[self.pos]
             self.pos += 1
             result |= (b & 0x7F) << shift

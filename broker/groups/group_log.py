@@ -61,11 +61,16 @@ class GroupLog:
             return 0
         count = 0
         for partition in topic.partitions:
-            for _off, key, value in read_records(partition.log):
-                (record_type,) = struct.unpack_from(">h", key, 0)
-                handler = handlers.get(record_type)
-                if handler is not None:
-                    handler(key, value)
+            for off, key, value in read_records(partition.log):
+                try:
+                    (record_type,) = struct.unpack_from(">h", key, 0)
+                    handler = handlers.get(record_type)
+                    if handler is not None:
+                        handler(key, value)
+                except (ValueError, struct.error) as exc:  # no writer of ours makes one: skip, say where
+                    log.error("unreadable group record skipped", partition=partition.index, offset=off,
+                              error=str(exc))
+                    continue
                 count += 1
         return count
 

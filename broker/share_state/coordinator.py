@@ -79,7 +79,12 @@ class ShareCoordinator:
         count = 0
         for partition in topic.partitions:
             for off, key, value in read_records(partition.log):
-                self._replay(off, key, value)
+                try:
+                    self._replay(off, key, value)
+                except ValueError as exc:  # a record no writer of ours makes: skip it, say where
+                    log.error("unreadable share state record skipped", state_partition=partition.index,
+                              offset=off, error=str(exc))
+                    continue
                 count += 1
         self.replay_ms = (time.perf_counter() - t0) * 1000
         log.info("share state replayed", records=count, share_partitions=len(self.store.states),
