@@ -318,3 +318,38 @@ def test_real_clients_still_work_after_the_abuse(broker, traffic, topic_name):
     assert [m.value() for m in msgs] == [b"after-%d" % i for i in range(5)]
     traffic.assert_alive()
     assert "Traceback" not in broker.log_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# A wire fuzzer: mutated real requests on many connections while the traffic client works
+
+
+def test_mutated_frames_on_many_connections_leave_the_broker_and_other_clients_unharmed(broker, traffic):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.fuzz.test_decode_fuzz import mutated
+
+    start = _mark(broker)
+    frames: list[bytes] = []
+
+    @settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(frame=mutated())
+    def collect(frame: bytes) -> None:
+        frames.append(frame)
+
+    collect()
+    sent = 0
+    for i in range(0, len(frames), 30):  # 20 connections, 30 frames each, sent back to back
+        with rk.RawClient(broker.bootstrap) as c:
+            for frame in frames[i:i + 30]:
+                try:
+                    c.send_bytes(struct.pack(">i", len(frame)) + frame)
+                    sent += 1
+                except OSError:
+                    break  # the broker closed this connection after a malformed frame
+    assert sent >= 20
+    traffic.assert_alive()
+    assert broker.alive()
+    log = broker.log_text()[start:]
+    assert "Traceback" not in log and '"exception"' not in log, log[-3000:]
