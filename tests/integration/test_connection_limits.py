@@ -93,3 +93,42 @@ def test_max_connections_and_per_ip_limits_close_new_connections(make_broker):
     finally:
         for s in kept:
             s.close()
+
+
+def test_two_hundred_members_in_one_share_group_with_memory_bounded(make_broker, topic_name):
+    """group.share.max.size (200) members join one share group at once; every partition is
+    assigned, the group describes all of them, and the broker's memory stays bounded."""
+    from tests.integration import rawkafka as rk
+    from tests.integration.share_helpers import FAST_SHARE_BROKER, describe_share_group, heartbeat_request, new_group
+
+    b = make_broker({**FAST_SHARE_BROKER, "group.share.session.timeout.ms": "45000",
+                     "group.share.max.session.timeout.ms": "60000"})
+    create_topic(b.bootstrap, topic_name, 8)
+    group = new_group()
+    base = rss_mb(b.proc.pid)
+    members = [f"member-{i:03d}-{'x' * 10}" for i in range(200)]
+    epochs: dict[str, int] = {}
+    with rk.RawClient(b.bootstrap, timeout=30) as c:
+        for m in members:
+            r = c.request(heartbeat_request(group, m, 0, [topic_name]))
+            assert int(r.error_code) == 0, r
+            epochs[m] = r.member_epoch
+        assigned: dict[str, set[int]] = {}
+
+        def everyone_assigned() -> bool:
+            for m in members:
+                r = c.request(heartbeat_request(group, m, epochs[m], [topic_name]))
+                assert int(r.error_code) == 0, r
+                epochs[m] = r.member_epoch
+                if r.assignment is not None:
+                    assigned[m] = {p for tp in r.assignment.topic_partitions for p in tp.partitions}
+            return len(assigned) == 200 and set().union(*assigned.values()) == set(range(8))
+
+        wait_for(everyone_assigned, 30, 0.2, "200 members with assignments covering 8 partitions")
+        # the 201st is refused: group.share.max.size
+        r = c.request(heartbeat_request(group, "member-extra-xxxxxxxxxx", 0, [topic_name]))
+        assert int(r.error_code) == 81, r  # GROUP_MAX_SIZE_REACHED
+    g = describe_share_group(b.bootstrap, group)
+    assert len(g.members) == 200
+    grown = rss_mb(b.proc.pid) - base
+    assert grown < 60, f"200 members grew the broker by {grown:.0f} MB"
