@@ -26,6 +26,35 @@ _MAX_SPARE_BYTES = 8 << 20  # frame buffers kept for reuse, per connection
 _WRITE_HIGH_WATER = 1 << 20
 
 
+class RequestMemory:
+    """Kafka's `queued.max.request.bytes`: the bytes all connections' large requests, from their
+    first bytes until handled, may claim together (-1: no bound). As in Kafka's memory pool, a
+    request claims its declared size when it starts and is granted while the pool has any room
+    (so one larger than the pool still passes alone); a connection refused stops reading until
+    memory comes back. What a request claims is only counted: its buffer still grows with the
+    bytes that actually arrive."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._blocked: deque[FrameProtocol] = deque()
+
+    def take(self, n: int, who: FrameProtocol) -> bool:
+        if self.limit >= 0 and self.used >= self.limit:
+            self._blocked.append(who)
+            return False
+        self.used += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.used -= n
+        while self._blocked and (self.limit < 0 or self.used < self.limit):
+            self._blocked.popleft().memory_available()
+
+
+UNBOUNDED = RequestMemory(-1)
+
+
 @dataclass(slots=True)
 class FrameEnd:
     """Why no more frames will come: `reason` for the close line; `event` and `fields` describe a
@@ -37,9 +66,13 @@ class FrameEnd:
 
 
 class FrameProtocol(asyncio.BufferedProtocol):
-    def __init__(self, max_frame: int, on_open: Callable[[FrameProtocol], None]) -> None:
+    def __init__(self, max_frame: int, on_open: Callable[[FrameProtocol], None],
+                 memory: RequestMemory = UNBOUNDED) -> None:
         self.max_frame = max_frame
         self._on_open = on_open
+        self._memory = memory
+        self._held = 0  # bytes of this connection's large frames counted in `memory`
+        self._memory_wait = False
         self.transport: asyncio.Transport | None = None
         self._staging = bytearray(_STAGING)
         self._view = memoryview(self._staging)
@@ -80,21 +113,42 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         large = self._large
         if large is not None:
-            if self._large_got == len(large):
-                large = self._grow_large()
             return large[self._large_got:]
         return self._view[self._end:]
 
-    def _grow_large(self) -> memoryview:
+    def _grow_large(self) -> None:
         """Double the large frame's buffer (up to its declared size), keeping what arrived."""
         old = self._large
         assert old is not None
-        frame = memoryview(self._spare_for(min(self._large_size, 2 * len(old))))
-        frame = frame[:min(self._large_size, 2 * len(old))]
+        size = min(self._large_size, 2 * len(old))
+        frame = memoryview(self._spare_for(size))[:size]
         frame[:self._large_got] = old[:self._large_got]
         old.release()
         self._large = frame
-        return frame
+
+    def _reserve(self, n: int) -> bool:
+        if self._memory.take(n, self):
+            self._held += n
+            return True
+        self._memory_wait = True
+        if self.transport is not None and not self._reading_paused:
+            self.transport.pause_reading()
+        return False
+
+    def memory_available(self) -> None:
+        """The request memory has room again: go on where the frame waited."""
+        if not self._memory_wait or self._end_state is not None:
+            return
+        self._memory_wait = False
+        self._cut_frames()
+        if not self._memory_wait and not self._reading_paused and self.transport is not None:
+            self.transport.resume_reading()
+
+    def _release(self, n: int) -> None:
+        n = min(n, self._held)
+        if n:
+            self._held -= n
+            self._memory.give(n)
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
@@ -105,6 +159,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if self._large_got == self._large_size:
                 self._push(self._large)  # writable: a Produce request's offsets are stamped in place
                 self._large = None
+            elif self._large_got == len(self._large):
+                self._grow_large()
             return
         self._end += nbytes
         self._cut_frames()
@@ -115,6 +171,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._release(self._held)  # what it held (a partial frame, queued ones) is free again
         self._finish(FrameEnd(f"{type(exc).__name__}: {exc}" if exc else "client closed"))
         self._writing_paused = False
         self._wake_drain()
@@ -147,6 +204,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 start += 4 + size
                 continue
             if size > _LARGE:
+                if not self._reserve(size):
+                    break  # the partial frame waits in staging until memory comes back
                 first = min(size, max(_FIRST_CHUNK, have))
                 frame = memoryview(self._spare_for(first))[:first]
                 frame[:have] = view[start + 4:end]
@@ -219,7 +278,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         frame = self._frames.popleft()
         self._queued_bytes -= len(frame)
         if (self._reading_paused and len(self._frames) < _MAX_QUEUED // 2
-                and self._queued_bytes < _MAX_QUEUED_BYTES // 2 and self._end_state is None):
+                and self._queued_bytes < _MAX_QUEUED_BYTES // 2 and self._end_state is None
+                and not self._memory_wait):
             self._reading_paused = False
             assert self.transport is not None
             self.transport.resume_reading()
@@ -229,6 +289,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         """The connection is done with `frame` (decoding copies what it keeps): its buffer may be
         reused for the next large frame."""
         if isinstance(frame, memoryview):
+            self._release(len(frame))
             owner = frame.obj
             try:
                 frame.release()

@@ -14,7 +14,7 @@ from typing import Any
 
 from broker.connection import Connection
 from broker.flusher import Flusher, now_ms
-from broker.frames import FrameProtocol
+from broker.frames import FrameProtocol, RequestMemory
 from broker.groups.classic_coordinator import ClassicGroupCoordinator
 from broker.groups.coordinator import ShareGroupCoordinator
 from broker.groups.group_log import GroupLog
@@ -55,6 +55,7 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._open: dict[Connection, FrameProtocol] = {}
+        self._request_memory = RequestMemory(config["queued.max.request.bytes"])
         self._per_ip_limits = {ip.strip(): int(n) for ip, _, n in (
             pair.rpartition(":") for pair in config["max.connections.per.ip.overrides"].split(",") if pair.strip())}
         self._closed_since_trim = 0
@@ -115,7 +116,8 @@ class Broker:
         listener = self.config.listeners[0]
         max_frame = self.config["socket.request.max.bytes"]
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: FrameProtocol(max_frame, self._accept), host=listener.host or None, port=listener.port,
+            lambda: FrameProtocol(max_frame, self._accept, self._request_memory), host=listener.host or None,
+            port=listener.port,
             reuse_address=True)
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]

@@ -378,6 +378,8 @@ def _broker_defs() -> list[ConfigDef]:
         d("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF for client sockets; -1 uses the OS default."),
         d("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted.", AtLeast(1)),
         d("connections.max.idle.ms", "long", 600000, "Idle connections are closed after this many milliseconds."),
+        d("queued.max.request.bytes", "long", -1, "Bytes that partly received and queued large requests of all "
+          "connections may hold together before no more is read from them (-1: no bound)."),
         d("max.connections", "int", 2147483647, "Most client connections open at once; a new connection above it "
           "is closed at once.", AtLeast(0)),
         d("max.connections.per.ip", "int", 2147483647, "Most connections from one IP address; a new connection "

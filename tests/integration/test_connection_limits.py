@@ -132,3 +132,33 @@ def test_two_hundred_members_in_one_share_group_with_memory_bounded(make_broker,
     assert len(g.members) == 200
     grown = rss_mb(b.proc.pid) - base
     assert grown < 60, f"200 members grew the broker by {grown:.0f} MB"
+
+
+def test_queued_max_request_bytes_bounds_partial_requests_across_connections(make_broker, topic_name):
+    b = make_broker({"socket.request.max.bytes": str(104857600 + 100), "queued.max.request.bytes": str(8 << 20),
+                     "message.max.bytes": str(4 << 20)})
+    create_topic(b.bootstrap, topic_name)
+    base = rss_mb(b.proc.pid)
+    stalled = []
+    try:
+        for _ in range(20):
+            s = _connect(b.bootstrap)
+            s.settimeout(1.0)
+            try:  # a 100 MiB Produce frame, 3 MiB of it sent; the broker stops reading when memory is full
+                s.sendall(struct.pack(">ihhih", 104857600, 0, 9, 1, 3) + b"neg" + b"\x00" * (3 << 20))
+            except (TimeoutError, socket.timeout):
+                pass
+            stalled.append(s)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            grown = rss_mb(b.proc.pid) - base
+            # unbounded, each connection's buffer would grow to 4 MiB as its 3 MiB arrive: 80 MB;
+            # here the first claims the pool (100 MiB declared) and the others wait unread
+            assert grown < 40, f"20 partial 100 MiB requests grew the broker by {grown:.0f} MB"
+    finally:
+        for s in stalled:
+            s.close()
+    # once they are gone the memory is free again: a large produce goes through
+    p = Producer(producer_conf(b.bootstrap, **{"message.max.bytes": 3 << 20}))
+    produce_sync(p, topic_name, [{"value": b"x" * (2 << 20), "partition": 0}])
+    assert len(consume_from_beginning(b.bootstrap, topic_name, 1)[0].value()) == 2 << 20
