@@ -681,3 +681,36 @@ def test_heartbeat_with_epoch_for_unknown_group_is_group_id_not_found(rbroker):
     with RawClient(rbroker.bootstrap) as raw:
         resp = raw.request(req)
     assert int(resp.error_code) == 69, resp
+
+
+def test_a_parked_share_fetch_answers_at_once_when_its_topic_is_deleted(rbroker, members, topic_name):
+    """Issue 10: a ShareFetch waiting (MaxWaitMs) on a partition whose leader is dropped answers
+    that partition's error at once instead of holding the dropped leader until MaxWaitMs."""
+    import threading
+
+    from tests.integration.clients import admin
+
+    create_topic(rbroker.bootstrap, topic_name)
+    group = new_group()
+    set_earliest(rbroker.bootstrap, group)
+    tid = topic_id(rbroker.bootstrap, topic_name)
+    m = members.new(rbroker.bootstrap, group)
+    m.join([topic_name], {tid: [0]})
+    m.fetch([(tid, 0)], max_wait_ms=0)  # open the session: nothing to acquire yet
+    result: dict = {}
+
+    def parked() -> None:
+        t0 = time.monotonic()
+        result["resp"] = m.fetch(max_wait_ms=10_000, timeout=20)
+        result["seconds"] = time.monotonic() - t0
+
+    t = threading.Thread(target=parked)
+    t.start()
+    time.sleep(0.5)  # let the fetch park (it answers at once if it could not)
+    assert t.is_alive(), "the fetch did not wait"
+    a = admin(rbroker.bootstrap)
+    a.delete_topics([topic_name])[topic_name].result(10)
+    t.join(15)
+    assert result["seconds"] < 5, result
+    p = partitions_of(result["resp"])[(tid, 0)]
+    assert code(p.error_code) in (UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION), p
