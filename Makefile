@@ -37,8 +37,9 @@ fuzz: venv bytecode
 
 # kill -9 chaos run: CHAOS_CYCLES restarts under producers, share consumers and a classic group.
 CHAOS_CYCLES ?= 20
+CHAOS_ARGS ?=
 chaos: venv bytecode
-	$(PY) -m tests.chaos.harness --cycles $(CHAOS_CYCLES)
+	$(PY) -m tests.chaos.harness --cycles $(CHAOS_CYCLES) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) *.egg-info
