@@ -10,7 +10,7 @@ LISTENERS ?= PLAINTEXT://127.0.0.1:9092
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,spark]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set, so that every broker start (the
 # tests start many) skips compiling the sources: that alone is about 40% of start-up.
 bytecode: venv
-	$(PY) -m compileall -q broker protocol storage config bench tests > /dev/null
+	$(PY) -m compileall -q broker protocol storage config pipeline bench tests > /dev/null
 
 run: venv bytecode
 	$(VENV)/bin/sharebroker serve --listeners $(LISTENERS) --data-dir $(DATA_DIR)
@@ -27,7 +27,7 @@ test: venv bytecode
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: venv bytecode
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
 	$(PY) -m bench $(BENCH_ARGS)
 
 # Mutation fuzzing of the request decoder: FUZZ_EXAMPLES inputs (a short seeded pass runs in `make test`).

@@ -1,0 +1,235 @@
+"""The Kafka clients the data sources run: planning (partitions and offsets, through the admin
+ListOffsets API) in the driver-side processes, and reading one offset range in a task with a plain
+`assign`ed consumer. Clients are made inside the process that uses them: they hold sockets and
+threads and cannot be pickled."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec as KafkaOffsetSpec
+
+from pipeline.options import EARLIEST, LATEST, OffsetRange, Offsets, OffsetSpec, OptionError, Subscription, TopicPartition
+
+ROWS_PER_BATCH = 10_000  # Arrow batches handed to Spark (Spark's own cap is 10,000 rows)
+_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+TIMESTAMP_TYPES = {1: 0, 2: 1}  # librdkafka CREATE_TIME / LOG_APPEND_TIME -> Kafka's 0 / 1
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs are gone from the log (retention, truncation, a deleted topic)."""
+
+
+def data_loss(message: str) -> DataLossError:
+    return DataLossError(
+        f"{message}. Some data may have been lost because they are not available in Kafka any more; either the "
+        "data was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+        "processed. If you don't want your query to fail on such cases, set the source option "
+        "'failOnDataLoss' to 'false'.")
+
+
+def arrow_schema(include_headers: bool, extra: Iterable[tuple[str, pa.DataType]] = ()) -> pa.Schema:
+    """The Arrow form of Spark's Kafka source schema (Spark's timestamp is microseconds, UTC)."""
+    fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+              ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    if include_headers:
+        fields.append(("headers", _HEADERS_TYPE))
+    fields.extend(extra)
+    return pa.schema(fields)
+
+
+def spark_schema(include_headers: bool, extra: str = "") -> str:
+    ddl = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+           "timestampType int")
+    if include_headers:
+        ddl += ", headers array<struct<key: string, value: binary>>"
+    return ddl + (", " + extra if extra else "")
+
+
+class Planner:
+    """Topic partitions and their offsets, one admin client per process."""
+
+    def __init__(self, client: Mapping[str, str], timeout_s: float = 30.0) -> None:
+        self._admin = AdminClient(dict(client))
+        self._timeout = timeout_s
+
+    def partition_counts(self) -> dict[str, int]:
+        meta = self._admin.list_topics(timeout=self._timeout)
+        return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+
+    def partitions(self, subscription: Subscription) -> list[TopicPartition]:
+        counts = self.partition_counts()
+        if subscription.assigned:
+            missing = [tp for tp in subscription.assigned if tp[1] >= counts.get(tp[0], 0)]
+            if missing:
+                raise OptionError(f"assigned partitions do not exist: {sorted(missing)}")
+        return subscription.select(counts)
+
+    def list_offsets(self, wanted: Mapping[TopicPartition, int]) -> Offsets:
+        """Offsets for EARLIEST, LATEST or a timestamp (the first offset at or after it; -1 when
+        there is none) per partition, in one round of ListOffsets requests."""
+        if not wanted:
+            return {}
+        specs = {}
+        for (topic, partition), what in wanted.items():
+            spec = (KafkaOffsetSpec.earliest() if what == EARLIEST else
+                    KafkaOffsetSpec.latest() if what == LATEST else KafkaOffsetSpec.for_timestamp(what))
+            specs[KafkaTopicPartition(topic, partition)] = spec
+        futures = self._admin.list_offsets(specs, request_timeout=self._timeout)
+        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> Offsets:
+        return self.list_offsets({tp: EARLIEST for tp in tps})
+
+    def latest(self, tps: Iterable[TopicPartition]) -> Offsets:
+        return self.list_offsets({tp: LATEST for tp in tps})
+
+    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, what: str) -> Offsets:
+        """Concrete offsets for `spec` over the partitions `tps`."""
+        if spec.by_timestamp:
+            stamps = ({tp: spec.global_timestamp for tp in tps} if spec.global_timestamp is not None
+                      else dict(spec.timestamps or {}))
+            _check_named(stamps, tps, what)
+            found = self.list_offsets(stamps)
+            missing = [tp for tp, off in found.items() if off < 0]
+            if missing:
+                if spec.timestamp_strategy == "error":
+                    tp = missing[0]
+                    raise OptionError(f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and "
+                                      f"timestamp {stamps[tp]}. Set '{what}ByTimestampStrategy' to 'latest' to "
+                                      "read from the latest offset instead.")
+                found.update(self.latest(missing))
+            return found
+        if spec.offsets:
+            _check_named(spec.offsets, tps, what)
+            wanted = dict(spec.offsets)
+        else:
+            wanted = {tp: spec.default for tp in tps}
+        symbolic = {tp: o for tp, o in wanted.items() if o in (EARLIEST, LATEST)}
+        out = {tp: o for tp, o in wanted.items() if o >= 0}
+        out.update(self.list_offsets(symbolic))
+        return out
+
+    def close(self) -> None:
+        self._admin = None  # type: ignore[assignment]
+
+
+def _check_named(named: Mapping[TopicPartition, int], tps: list[TopicPartition], what: str) -> None:
+    """Spark's rule: specific offsets or timestamps must name exactly the partitions read."""
+    if set(named) != set(tps):
+        raise OptionError(f"If {what} contains specific offsets, you must specify all TopicPartitions. Use -1 for "
+                          f"latest, -2 for earliest. Specified: {sorted(named)}; assigned: {sorted(tps)}")
+
+
+def consumer_settings(client: Mapping[str, str], group_id: str) -> dict[str, object]:
+    conf: dict[str, object] = {
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 8 * 1024 * 1024,
+        "queued.max.messages.kbytes": 256 * 1024,
+    }
+    conf.update(client)
+    return conf
+
+
+class _Columns:
+    """Column lists for one Arrow batch; the per-record loop appends, nothing else."""
+
+    def __init__(self, include_headers: bool) -> None:
+        self.include_headers = include_headers
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.stamps: list[int] = []
+        self.stamp_types: list[int] = []
+        self.headers: list[list[dict[str, object]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def batch(self, schema: pa.Schema, topic: str, partition: int,
+              extra: Mapping[str, pa.Array] | None = None) -> pa.RecordBatch:
+        n = len(self.offsets)
+        stamps = pc.multiply(pa.array(self.stamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+        arrays = [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+                  pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
+                  pa.array(self.offsets, pa.int64()), stamps, pa.array(self.stamp_types, pa.int32())]
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, _HEADERS_TYPE))
+        for name in schema.names[len(arrays):]:
+            arrays.append((extra or {})[name])
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_range(client: Mapping[str, str], group_id: str, rng: OffsetRange, *, include_headers: bool,
+               fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
+    """The records of [rng.start, rng.end) as Arrow batches. Offsets missing inside the range
+    (control records, compaction) are skipped, as Spark does; offsets the log no longer has are
+    data loss."""
+    schema = arrow_schema(include_headers)
+    consumer = Consumer(consumer_settings(client, group_id))
+    tp = KafkaTopicPartition(rng.topic, rng.partition)
+    try:
+        low, high = consumer.get_watermark_offsets(tp, timeout=poll_timeout_ms / 1000, cached=False)
+        start, end = rng.start, rng.end
+        if start < low:
+            if fail_on_data_loss:
+                raise data_loss(f"Cannot fetch offset {start} of {rng.topic}-{rng.partition}: the log starts at {low}")
+            start = low
+        if high < end:
+            if fail_on_data_loss:
+                raise data_loss(f"Cannot fetch offsets up to {end} of {rng.topic}-{rng.partition}: the log ends at {high}")
+            end = high
+        if start >= end:
+            return
+        consumer.assign([KafkaTopicPartition(rng.topic, rng.partition, start)])
+        cols = _Columns(include_headers)
+        append_key, append_value = cols.keys.append, cols.values.append
+        append_offset, append_stamp, append_type = cols.offsets.append, cols.stamps.append, cols.stamp_types.append
+        next_offset = start
+        timeout_s = poll_timeout_ms / 1000
+        while next_offset < end:
+            messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - next_offset), timeout=timeout_s)
+            if not messages:
+                raise TimeoutError(f"Cannot fetch record for offset {next_offset} of {rng.topic}-{rng.partition} "
+                                   f"in {poll_timeout_ms} milliseconds (kafkaConsumer.pollTimeoutMs)")
+            for m in messages:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= end:  # the rest of the range holds no records
+                            next_offset = end
+                            break
+                        continue
+                    raise KafkaException(err)
+                offset = m.offset()
+                if offset >= end:
+                    next_offset = end
+                    break
+                ts_type, ts = m.timestamp()
+                append_key(m.key())
+                append_value(m.value())
+                append_offset(offset)
+                append_stamp(ts)
+                append_type(TIMESTAMP_TYPES.get(ts_type, -1))
+                if include_headers:
+                    h = m.headers()
+                    cols.headers.append([{"key": k, "value": v} for k, v in h] if h else [])
+                next_offset = offset + 1
+            if len(cols) >= ROWS_PER_BATCH:
+                yield cols.batch(schema, rng.topic, rng.partition)
+                cols = _Columns(include_headers)
+                append_key, append_value = cols.keys.append, cols.values.append
+                append_offset, append_stamp, append_type = (cols.offsets.append, cols.stamps.append,
+                                                            cols.stamp_types.append)
+        if len(cols):
+            yield cols.batch(schema, rng.topic, rng.partition)
+    finally:
+        consumer.close()
