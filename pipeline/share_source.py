@@ -144,7 +144,7 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._consumer: ShareConsumer | None = None
         self._pending: tuple[int, list[tuple[str, int, int]], float] | None = None  # seq, records, polled at
         self._lock_ms: int | None = opts.lock_duration_ms
-        self._available_now = False
+        self._target: dict[tuple[str, int], int] | None = None  # availableNow: log end offsets at the start
 
     # -- the member, in the streaming-source runner process
 
@@ -168,8 +168,20 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadMaxRows(self.opts.max_records)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        # A queue has no fixed end: availableNow reads until a poll comes back empty.
-        self._available_now = True
+        """availableNow on a queue: everything in the log now. The query ends once the group's
+        start offset has passed today's log end on every partition (an empty poll alone proves
+        nothing: a member that just joined has no assignment yet, and other members may hold
+        records that come back when their locks expire)."""
+        from pipeline.kafka_client import Planner
+
+        planner = Planner(self.opts.client)
+        counts = planner.partition_counts()
+        self._target = planner.latest([(t, p) for t in self.opts.topics for p in range(counts.get(t, 0))])
+
+    def _target_reached(self) -> bool:
+        assert self._target is not None
+        starts = share_group_start_offsets(self.opts.client["bootstrap.servers"], self.opts.group_id)
+        return all(end == 0 or starts.get(tp, -1) >= end for tp, end in self._target.items())
 
     def _lock_duration_ms(self) -> int:
         if self._lock_ms is None:
@@ -201,10 +213,13 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 f"The broker refused the acknowledgement of micro-batch {seq} of share group "
                 f"'{self.opts.group_id}' ({failed}); the records' locks had expired or moved to another member. "
                 f"They will be delivered again. A batch must finish inside the lock of {lock_ms} ms.")
-        try:
-            (self.spool / f"batch-{seq}.arrow").unlink()
-        except FileNotFoundError:
-            pass
+
+    def _drop_spool(self, upto: int) -> None:
+        """Spool files of committed batches (Spark never replays them), this run's or a dead one's."""
+        for path in self.spool.glob("batch-*.arrow"):
+            seq = path.stem.removeprefix("batch-")
+            if seq.isdigit() and int(seq) <= upto:
+                path.unlink(missing_ok=True)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         done = int(start.get("seq", 0))
@@ -212,9 +227,14 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if self._pending[0] > done:  # planned but not run yet: the same end again
                 return self._offset(self._pending[0])
             self._settle(AcknowledgeType.ACCEPT)  # Spark committed it before asking for the next end
+        self._drop_spool(done)
         # One poll is one batch: in explicit mode a whole poll is acknowledged before the next, and
         # max.poll.records (maxRecordsPerTrigger) bounds it.
         messages = self.consumer.poll(timeout=self.opts.poll_timeout_ms / 1000)
+        if self._target is not None and not messages:
+            deadline = time.monotonic() + max(60.0, 2 * self._lock_duration_ms() / 1000)
+            while not messages and not self._target_reached() and time.monotonic() < deadline:
+                messages = self.consumer.poll(timeout=self.opts.poll_timeout_ms / 1000)
         polled_at = time.monotonic()
         rows: dict[str, list] = {name: [] for name in _spool_schema(self.opts.include_headers).names}
         for m in messages:
@@ -283,18 +303,38 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             yield batch
 
     def commit(self, end: dict) -> None:
-        if self._pending is not None and self._pending[0] <= int(end.get("seq", 0)):
+        done = int(end.get("seq", 0))
+        if self._pending is not None and self._pending[0] <= done:
             self._settle(AcknowledgeType.ACCEPT)
+        self._drop_spool(done)
 
     def stop(self) -> None:
         try:
             if self._pending is not None:
-                committed = self._pending[0] in committed_batch_seqs(self.opts.checkpoint, self.opts.group_id)
+                seq = self._pending[0]
+                committed = seq in committed_batch_seqs(self.opts.checkpoint, self.opts.group_id)
                 self._settle(AcknowledgeType.ACCEPT if committed else AcknowledgeType.RELEASE)
+                if committed:
+                    self._drop_spool(seq)
         finally:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+
+
+def share_group_start_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's share-partition start offsets (DescribeShareGroupOffsets); -1 where a partition
+    is not initialized."""
+    from broker.tools.wire import Client, KafkaApiError, code_of
+
+    with Client(bootstrap, timeout_ms=10_000, client_id="sharebroker-pipeline") as client:
+        _node, conn = client.coordinator_conn(group)
+        resp = conn.request(90, {"groups": [{"group_id": group, "topics": None}]})
+    (g,) = resp.groups
+    if code_of(g.error_code):
+        raise KafkaApiError(g.error_code, g.error_message, f"Cannot describe the offsets of share group '{group}': ")
+    return {(t.topic_name, int(p.partition_index)): int(p.start_offset) if not code_of(p.error_code) else -1
+            for t in g.topics for p in t.partitions}
 
 
 def _group_lock_duration(client: Mapping[str, str], group_id: str) -> int:
