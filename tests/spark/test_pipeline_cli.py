@@ -1,0 +1,76 @@
+"""`sharebroker pipeline export` and `import` as a user runs them: subprocesses with their own Spark
+(local[2]) against a broker subprocess."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.integration.clients import create_topic
+from tests.integration.share_helpers import produce_values
+from tests.spark.test_kafka_source_sink import _consume_all
+
+pytestmark = pytest.mark.spark
+
+
+def pipeline(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    return subprocess.run([sys.executable, "-m", "broker", "pipeline", *args, "--master", "local[2]"],
+                          capture_output=True, text=True, timeout=110, env=env)
+
+
+def test_export_then_import_round_trip(broker, tmp_path):
+    create_topic(broker.bootstrap, "cli-src", 2)
+    for part in range(2):
+        produce_values(broker.bootstrap, "cli-src", [f"{part}-{i}".encode() for i in range(250)], partition=part)
+
+    out = tmp_path / "export"
+    r = pipeline("export", "--bootstrap-server", broker.bootstrap, "--topic", "cli-src", "--output", str(out),
+                 "--min-partitions", "4")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "exported topic cli-src" in r.stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 500
+    assert sorted(zip(table["partition"].to_pylist(), table["offset"].to_pylist())) == \
+        [(p, o) for p in range(2) for o in range(250)]
+
+    r = pipeline("import", "--bootstrap-server", broker.bootstrap, "--topic", "cli-dst", "--input", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "imported 500 records" in r.stderr
+    got = _consume_all(broker.bootstrap, "cli-dst", 500)
+    assert sorted(m.value() for m in got) == sorted(f"{p}-{i}".encode() for p in range(2) for i in range(250))
+
+
+def test_export_follow_available_now_to_csv_with_a_checkpoint(broker, tmp_path):
+    create_topic(broker.bootstrap, "cli-follow", 1)
+    produce_values(broker.bootstrap, "cli-follow", [f"row-{i}".encode() for i in range(300)], partition=0)
+    out, checkpoint = tmp_path / "csv", tmp_path / "checkpoint"
+    args = ["export", "--bootstrap-server", broker.bootstrap, "--topic", "cli-follow", "--output", str(out),
+            "--format", "csv", "--follow", "--checkpoint", str(checkpoint), "--available-now",
+            "--max-offsets-per-trigger", "100"]
+    r = pipeline(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "batch 2: 100 records" in r.stderr
+
+    produce_values(broker.bootstrap, "cli-follow", [f"row-{i}".encode() for i in range(300, 350)], partition=0)
+    r = pipeline(*args)  # resumes from the checkpoint: only the new records
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "batch 3: 50 records" in r.stderr
+    values = []
+    for f in Path(out).glob("*.csv"):
+        with f.open() as fh:
+            values += [row[1] for row in csv.reader(fh)]
+    assert sorted(values) == sorted(f"row-{i}" for i in range(350))
+
+
+def test_pipeline_arguments_are_checked(tmp_path):
+    r = pipeline("export", "--bootstrap-server", "127.0.0.1:1", "--topic", "t", "--output", str(tmp_path), "--follow")
+    assert r.returncode == 2 and "--follow needs --checkpoint" in r.stderr
+    r = pipeline("report", "--data-dir", str(tmp_path / "missing"), "--output", str(tmp_path / "o"))
+    assert r.returncode == 2 and "is not a directory" in r.stderr
