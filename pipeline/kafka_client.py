@@ -5,6 +5,7 @@ threads and cannot be pickled."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa
@@ -139,35 +140,6 @@ def consumer_settings(client: Mapping[str, str], group_id: str) -> dict[str, obj
     return conf
 
 
-class _Columns:
-    """Column lists for one Arrow batch; the per-record loop appends, nothing else."""
-
-    def __init__(self, include_headers: bool) -> None:
-        self.include_headers = include_headers
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.stamps: list[int] = []
-        self.stamp_types: list[int] = []
-        self.headers: list[list[dict[str, object]] | None] = []
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def batch(self, schema: pa.Schema, topic: str, partition: int,
-              extra: Mapping[str, pa.Array] | None = None) -> pa.RecordBatch:
-        n = len(self.offsets)
-        stamps = pc.multiply(pa.array(self.stamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
-        arrays = [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-                  pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
-                  pa.array(self.offsets, pa.int64()), stamps, pa.array(self.stamp_types, pa.int32())]
-        if self.include_headers:
-            arrays.append(pa.array(self.headers, _HEADERS_TYPE))
-        for name in schema.names[len(arrays):]:
-            arrays.append((extra or {})[name])
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
 def read_range(client: Mapping[str, str], group_id: str, rng: OffsetRange, *, include_headers: bool,
                fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
     """The records of [rng.start, rng.end) as Arrow batches. Offsets missing inside the range
@@ -190,46 +162,43 @@ def read_range(client: Mapping[str, str], group_id: str, rng: OffsetRange, *, in
         if start >= end:
             return
         consumer.assign([KafkaTopicPartition(rng.topic, rng.partition, start)])
-        cols = _Columns(include_headers)
-        append_key, append_value = cols.keys.append, cols.values.append
-        append_offset, append_stamp, append_type = cols.offsets.append, cols.stamps.append, cols.stamp_types.append
         next_offset = start
         timeout_s = poll_timeout_ms / 1000
+        topic, partition = pa.scalar(rng.topic, pa.string()), pa.scalar(rng.partition, pa.int32())
         while next_offset < end:
             messages = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - next_offset), timeout=timeout_s)
             if not messages:
                 raise TimeoutError(f"Cannot fetch record for offset {next_offset} of {rng.topic}-{rng.partition} "
                                    f"in {poll_timeout_ms} milliseconds (kafkaConsumer.pollTimeoutMs)")
-            for m in messages:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= end:  # the rest of the range holds no records
-                            next_offset = end
-                            break
-                        continue
-                    raise KafkaException(err)
-                offset = m.offset()
-                if offset >= end:
-                    next_offset = end
-                    break
-                ts_type, ts = m.timestamp()
-                append_key(m.key())
-                append_value(m.value())
-                append_offset(offset)
-                append_stamp(ts)
-                append_type(TIMESTAMP_TYPES.get(ts_type, -1))
-                if include_headers:
-                    h = m.headers()
-                    cols.headers.append([{"key": k, "value": v} for k, v in h] if h else [])
-                next_offset = offset + 1
-            if len(cols) >= ROWS_PER_BATCH:
-                yield cols.batch(schema, rng.topic, rng.partition)
-                cols = _Columns(include_headers)
-                append_key, append_value = cols.keys.append, cols.values.append
-                append_offset, append_stamp, append_type = (cols.offsets.append, cols.stamps.append,
-                                                            cols.stamp_types.append)
-        if len(cols):
-            yield cols.batch(schema, rng.topic, rng.partition)
+            # Column by column in comprehensions: the per-record cost is the method calls alone.
+            errors = [m for m in messages if m.error() is not None]
+            if errors:
+                for m in errors:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(m.error())
+                    if m.offset() >= end:  # the rest of the range holds no records
+                        next_offset = end
+                messages = [m for m in messages if m.error() is None]
+            offsets = [m.offset() for m in messages]
+            if offsets and offsets[-1] >= end:
+                cut = bisect.bisect_left(offsets, end)
+                messages, offsets = messages[:cut], offsets[:cut]
+                next_offset = end
+            if not messages:
+                continue
+            next_offset = max(next_offset, offsets[-1] + 1)
+            n = len(messages)
+            stamps = [m.timestamp() for m in messages]
+            kinds = pa.array([t[0] for t in stamps], pa.int32())
+            arrays = [pa.array([m.key() for m in messages], pa.binary()),
+                      pa.array([m.value() for m in messages], pa.binary()),
+                      pa.repeat(topic, n), pa.repeat(partition, n), pa.array(offsets, pa.int64()),
+                      pc.multiply(pa.array([t[1] for t in stamps], pa.int64()), 1000).cast(
+                          pa.timestamp("us", tz="UTC")),
+                      pc.subtract(kinds, 1)]  # librdkafka's CREATE_TIME 1 / LOG_APPEND_TIME 2 -> 0 / 1
+            if include_headers:
+                arrays.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in messages],
+                                       _HEADERS_TYPE))
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
     finally:
         consumer.close()
