@@ -74,3 +74,38 @@ def test_pipeline_arguments_are_checked(tmp_path):
     assert r.returncode == 2 and "--follow needs --checkpoint" in r.stderr
     r = pipeline("report", "--data-dir", str(tmp_path / "missing"), "--output", str(tmp_path / "o"))
     assert r.returncode == 2 and "is not a directory" in r.stderr
+
+
+def test_follow_export_survives_a_kill_9_and_resumes_from_its_checkpoint(spark, broker, tmp_path):
+    """A streaming export killed with SIGKILL mid-stream (Spark and its JVM) and started again on
+    its checkpoint: every record exactly once in the Parquet output, as Spark reads it."""
+    import signal
+
+    from tests.support.broker_process import wait_for
+
+    create_topic(broker.bootstrap, "cli-crash", 2)
+    for part in range(2):
+        produce_values(broker.bootstrap, "cli-crash", [f"{part}-{i}".encode() for i in range(1000)], partition=part)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    args = [sys.executable, "-m", "broker", "pipeline", "export", "--bootstrap-server", broker.bootstrap,
+            "--topic", "cli-crash", "--output", str(out), "--follow", "--checkpoint", str(checkpoint),
+            "--max-offsets-per-trigger", "200", "--trigger-seconds", "0.2", "--master", "local[2]"]
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    try:
+        commits = checkpoint / "commits"
+        wait_for(lambda: commits.is_dir() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 2,
+                 timeout=90, message="two committed micro-batches")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    done = len([p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()])
+    assert done < 10  # killed mid-stream: 2,000 records take 10 micro-batches of 200
+
+    r = pipeline("export", "--bootstrap-server", broker.bootstrap, "--topic", "cli-crash", "--output", str(out),
+                 "--follow", "--checkpoint", str(checkpoint), "--available-now", "--max-offsets-per-trigger", "200")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = spark.read.parquet(str(out)).select("partition", "offset").collect()
+    assert len(rows) == 2000
+    assert {(r.partition, r.offset) for r in rows} == {(p, o) for p in range(2) for o in range(1000)}

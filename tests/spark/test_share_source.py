@@ -112,3 +112,27 @@ def test_a_batch_longer_than_the_lock_fails_the_query_clearly(spark, sbroker, tm
     assert done.exists()
     message = str(failure.value)
     assert "record lock duration of 1000 ms" in message and "share.record.lock.duration.ms" in message
+
+
+def test_the_readme_example_pipeline(spark, sbroker, tmp_path, monkeypatch):
+    """pipeline/examples/enrich.py, as the README shows it: share group -> transform -> topic and Parquet."""
+    import importlib
+
+    from tests.spark.test_kafka_source_sink import _consume_all
+
+    create_topic(sbroker.bootstrap, "orders", 2)
+    set_earliest(sbroker.bootstrap, "enrich")
+    for part in range(2):
+        produce_values(sbroker.bootstrap, "orders", [f"order-{part}-{i}".encode() for i in range(100)], partition=part)
+    monkeypatch.setenv("BOOTSTRAP", sbroker.bootstrap)
+    monkeypatch.setenv("CHECKPOINT", str(tmp_path / "checkpoint"))
+    monkeypatch.setenv("OUT", str(tmp_path / "parquet"))
+    monkeypatch.setenv("TRIGGER", "availableNow")
+    import pipeline.examples.enrich as example
+
+    importlib.reload(example).main()
+    expected = sorted(f"ORDER-{p}-{i}".encode() for p in range(2) for i in range(100))
+    assert sorted(m.value() for m in _consume_all(sbroker.bootstrap, "orders-enriched", 200)) == expected
+    rows = spark.read.parquet(str(tmp_path / "parquet")).select("value", "deliveryCount").collect()
+    assert sorted(r.value.encode() for r in rows) == expected
+    assert start_offsets(sbroker.bootstrap, "enrich") == {0: 100, 1: 100}
