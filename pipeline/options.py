@@ -243,6 +243,9 @@ class SourceOptions:
         if streaming and (_option(options, "endingOffsets") or _option(options, "endingOffsetsByTimestamp")
                           or _option(options, "endingTimestamp")):
             raise OptionError("Ending offset not valid in streaming queries: endingOffsets is for batch queries only")
+        for name in ("minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition"):
+            if _option(options, name) is not None:
+                raise OptionError(f"Option '{name}' of Spark's Kafka source is not supported by format('sharebroker')")
         group_prefix = _option(options, "groupIdPrefix") or "spark-kafka-source"
         group_id = client.pop("group.id", None) or f"{group_prefix}-{uuid.uuid4()}"
         return cls(

@@ -50,6 +50,8 @@ def test_options_are_case_insensitive_and_kafka_settings_pass_through():
         client_settings({"subscribe": "t"})
     with pytest.raises(OptionError, match="positive integer"):
         SourceOptions.parse({**BOOT, "subscribe": "t", "minPartitions": "0"}, streaming=False)
+    with pytest.raises(OptionError, match="minOffsetsPerTrigger.*not supported"):
+        SourceOptions.parse({**BOOT, "subscribe": "t", "minOffsetsPerTrigger": "10"}, streaming=True)
     with pytest.raises(OptionError, match="streaming queries"):
         SourceOptions.parse({**BOOT, "subscribe": "t", "endingOffsets": "latest"}, streaming=True)
 
