@@ -114,9 +114,6 @@ class Planner:
         out.update(self.list_offsets(symbolic))
         return out
 
-    def close(self) -> None:
-        self._admin = None  # type: ignore[assignment]
-
 
 def _check_named(named: Mapping[TopicPartition, int], tps: list[TopicPartition], what: str) -> None:
     """Spark's rule: specific offsets or timestamps must name exactly the partitions read."""

@@ -30,7 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from pipeline.kafka_client import TIMESTAMP_TYPES, arrow_schema, spark_schema
