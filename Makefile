@@ -23,8 +23,12 @@ bytecode: venv
 run: venv bytecode
 	$(VENV)/bin/sharebroker serve --listeners $(LISTENERS) --data-dir $(DATA_DIR)
 
-test: venv bytecode
+test: venv bytecode lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# ruff over the whole tree (settings in pyproject.toml); part of `make test`, so CI enforces it.
+lint: venv
+	$(PY) -m ruff check --quiet broker protocol storage config pipeline bench tests
 
 bench: venv bytecode
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'

@@ -83,7 +83,7 @@ def run_for_result(target: Callable, *args: Any, timeout: float = 600) -> dict[s
         r = q.get(timeout=timeout)
     except Exception:
         p.terminate()
-        raise RuntimeError(f"{target.__name__} gave no result in {timeout:.0f} s")
+        raise RuntimeError(f"{target.__name__} gave no result in {timeout:.0f} s") from None
     p.join(30)
     if p.is_alive():
         p.terminate()
@@ -264,8 +264,8 @@ def w2_share_live(scale: dict, runs: int, rate: int = 5000, warmup_s: float = 2.
         achieved.append(prod["achieved_rate"])
         print(f"  w2 run {r + 1}: p50 {p50[-1]:.2f} ms, p99 {p99[-1]:.2f} ms, max {pmax[-1]:.2f} ms "
               f"({len(lat):,} records, producer at {prod['achieved_rate']:,.0f}/s)", flush=True)
-    return {"target_rate": rate, "producer_linger_ms": linger_ms, "warmup_s": warmup_s, "p50_ms": summarize(p50), "p99_ms": summarize(p99), "max_ms": summarize(pmax),
-            "achieved_rate": summarize(achieved)}
+    return {"target_rate": rate, "producer_linger_ms": linger_ms, "warmup_s": warmup_s, "p50_ms": summarize(p50),
+            "p99_ms": summarize(p99), "max_ms": summarize(pmax), "achieved_rate": summarize(achieved)}
 
 
 def w2_share_live_linger0(scale: dict, runs: int) -> dict[str, Any]:

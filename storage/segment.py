@@ -534,7 +534,7 @@ class LogSegment:
         first = True
         cut: TornBatch | None = None
         try:
-            for pos, b, size, last, mts, attrs in self._scan_items(walk_from, crc_from):
+            for pos, b, _size, last, mts, attrs in self._scan_items(walk_from, crc_from):
                 if first and check_last is not None and last != check_last:
                     # The index disagrees with the log: forget it and rebuild from the start.
                     self.index_damage.append(f"{self.index_path.name}: entry at position {walk_from} names offset "

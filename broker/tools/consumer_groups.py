@@ -311,7 +311,7 @@ class ConsumerGroupService:
                 continue
             current = fetch_committed(self.client, group, None) if desc is not None else {}
             topics = reset_topics(self.client, args, group, {t for t, _ in current} if args.all_topics else set())
-            partitions = reset_partitions(self.client, args, topics, lambda: current)
+            partitions = reset_partitions(self.client, args, topics, lambda current=current: current)
             offsets = compute_offsets(self.client, args, group, partitions, topics, current)
             if not dry_run and offsets:
                 errors = commit_offsets(self.client, group, offsets)

@@ -197,7 +197,7 @@ def verify(data_dir: Path, topic: str | None = None, *, deep: bool = False,
         return 2
     partitions = segments = batches = 0
     damages: list[Damage] = []
-    for name, index, directory in partition_dirs(data_dir, topic):
+    for _name, _index, directory in partition_dirs(data_dir, topic):
         partitions += 1
         for base, path in segment_files(directory):
             check = check_segment(path, base, deep=deep)

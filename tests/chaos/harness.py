@@ -244,7 +244,7 @@ class Load:
         while not self.stop_producing.is_set():
             fatal = threading.Event()
 
-            def on_error(err: KafkaError) -> None:
+            def on_error(err: KafkaError, fatal: threading.Event = fatal) -> None:
                 self._error_cb(err)
                 if err.fatal():
                     fatal.set()
@@ -373,10 +373,10 @@ class Load:
                 ok = {tp.partition for tp, exc in result.items()
                       if tp.topic == TOPIC and exc is None and getattr(tp, "error", None) is None}
                 with self.lock:
-                    for tp, exc in result.items():
+                    for _tp, exc in result.items():
                         if exc is not None:
                             err = exc.args[0] if exc.args else exc
-                            self.ack_failures[f"commit_sync {getattr(err, 'name', lambda: err)()}"] += 1
+                            self.ack_failures[f"commit_sync {getattr(err, 'name', lambda err=err: err)()}"] += 1
                     for m in acked:
                         if m.partition() in ok:
                             confirm((m.partition(), m.offset()), s)
@@ -556,7 +556,7 @@ def run(cycles: int, workdir: Path, *, opts: Options | None = None, log: Callabl
         for cycle in range(cycles):
             was = load.progress()
 
-            def moved() -> bool:
+            def moved(was: tuple = was) -> bool:
                 now = load.progress()
                 return now[0] >= was[0] + opts.min_produced and now[1] >= was[1] + opts.min_accepted
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import resource
-import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -16,7 +16,6 @@ from broker.share_state.store import SnapshotValue, StateBatch, StateRecord, Upd
 from protocol.produce_request import decode_produce_body
 from protocol.record_batch import encode_batch, parse_batches
 from tests.fuzz.test_decode_fuzz import mutated as _mutated_request
-from tests.integration import rawkafka as rk
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000")) // 3
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 1000,

@@ -229,7 +229,7 @@ def test_produce_keys_and_consume_them_back(broker, topic_name):
     assert len(got) == 20, r.stdout
     by_key: dict[str, set[str]] = {}
     per_partition: dict[str, list[int]] = {}
-    for part, offset, key, value in got:
+    for part, offset, key, _value in got:
         by_key.setdefault(key, set()).add(part)
         per_partition.setdefault(part, []).append(int(offset.removeprefix("Offset:")))
     assert sorted(f"{k}:{v}" for _p, _o, k, v in got) == sorted(lines)

@@ -326,7 +326,6 @@ def test_real_clients_still_work_after_the_abuse(broker, traffic, topic_name):
 
 def test_mutated_frames_on_many_connections_leave_the_broker_and_other_clients_unharmed(broker, traffic):
     from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
 
     from tests.fuzz.test_decode_fuzz import mutated
 

@@ -114,7 +114,7 @@ def test_process_kill_under_produce_load_keeps_acked_records_in_order_without_to
         before = len(acked)
         t = threading.Thread(target=_produce_until_killed, args=(broker.bootstrap, topic_name, acked, stop))
         t.start()
-        wait_for(lambda: len(acked) > before + 3000, timeout=30, message="records acknowledged under load")
+        wait_for(lambda acked=acked, before=before: len(acked) > before + 3000, timeout=30, message="records acknowledged under load")
         broker.kill()  # SIGKILL while the producer is still sending
         stop.set()
         t.join(15)

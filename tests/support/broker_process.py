@@ -68,7 +68,7 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise RuntimeError("broker did not stop on SIGTERM")
+            raise RuntimeError("broker did not stop on SIGTERM") from None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

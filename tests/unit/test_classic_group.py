@@ -104,7 +104,7 @@ class Harness:
         self.finish_initial()
         leader = self.group.leader_id
         gen = self.group.generation_id
-        for c, mid in ids.items():
+        for c, _mid in ids.items():
             assert self.answers[parked[c]].error == ErrorCode.none
         waiters = {mid: self.sync(mid, gen, {m: m.encode() for m in ids.values()} if mid == leader else None)
                    for mid in ids.values()}

@@ -68,11 +68,11 @@ async def job_cycles_cost(tmp_path, backlog: int, cycles: int = 40) -> int:
     total = 0
     for _ in range(cycles):
         got: list = []
-        total += count_lines(lambda: got.extend(acquire(leader)))
+        total += count_lines(lambda got=got, leader=leader: got.extend(acquire(leader)))
         (r,) = got
         coro = leader.acknowledge("m1", [(r.first_offset, r.last_offset, [ACCEPT])], is_renew=False)
         # drive the coroutine under the tracer: the persister never really suspends here
-        total += count_lines(lambda: _drive(coro))
+        total += count_lines(lambda coro=coro: _drive(coro))
     assert leader.sp is not None and leader.sp.start_offset == cycles
     return total
 
@@ -103,10 +103,10 @@ async def test_cost_per_job_does_not_grow_with_records_in_flight(tmp_path):
         total = 0
         for _ in range(30):
             got: list = []
-            total += count_lines(lambda: got.extend(acquire(leader)))
+            total += count_lines(lambda got=got, leader=leader: got.extend(acquire(leader)))
             (r,) = got
             coro = leader.acknowledge("m1", [(r.first_offset, r.last_offset, [ACCEPT])], is_renew=False)
-            total += count_lines(lambda: _drive(coro))
+            total += count_lines(lambda coro=coro: _drive(coro))
         costs.append(total)
     assert costs[1] < costs[0] * 1.25, costs
 

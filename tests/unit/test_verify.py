@@ -140,7 +140,7 @@ def test_deep_iteration_decodes_records(tmp_path):
     """A batch whose CRC is right but whose records do not decode (a producer's bug, or a
     compressed payload that was damaged before the CRC was computed) shows only with
     --deep-iteration."""
-    layout = build(tmp_path, batches=3)
+    build(tmp_path, batches=3)
     # Replace the last batch with one whose gzip payload is truncated but whose CRC matches.
     records = bytes(encode_batch([(None, b"x" * 100)], timestamp_ms=NOW))
     body = gzip.compress(records[61:])[:-8]
