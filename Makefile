@@ -26,9 +26,11 @@ run: venv bytecode
 test: venv bytecode lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-# ruff over the whole tree (settings in pyproject.toml); part of `make test`, so CI enforces it.
+# ruff over the whole tree and mypy --strict over the wire codec and storage (settings in
+# pyproject.toml); part of `make test`, so CI enforces them.
 lint: venv
 	$(PY) -m ruff check --quiet broker protocol storage config pipeline bench tests
+	$(PY) -m mypy --strict --no-error-summary protocol storage
 
 bench: venv bytecode
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'

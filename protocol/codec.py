@@ -80,9 +80,10 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
     if support == "unsupported-version":
         raise UnsupportedVersion(f"API key {api_key} version {api_version} is not supported", **ids)
     try:
-        req_cls = request_class(api_key, api_version)
+        req_cls: Any = request_class(api_key, api_version)  # a kio class: its schema is a class attribute
         writable = isinstance(frame, memoryview) and not frame.readonly
-        readable = frame.toreadonly() if writable else frame  # kio reads read-only buffers only
+        # kio reads read-only buffers only
+        readable = frame.toreadonly() if isinstance(frame, memoryview) and not frame.readonly else frame
         # Every declared length must fit in the frame before kio's reader trusts it.
         check_body(req_cls, readable, check_header(req_cls.__header_schema__, readable))
         header, used = entity_reader(req_cls.__header_schema__)(readable, 0)
@@ -136,7 +137,7 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
 class _FieldPlan:
     name: str
     kind: str  # plain | entity | entities | timedelta | datetime | error | uuid
-    nested: type | None
+    nested: Any  # the kio entity class of an entity field, else None
     default: Any
     has_default: bool
     zero: Any
@@ -163,7 +164,7 @@ def _plan(cls: type) -> list[_FieldPlan]:
     for f in dataclasses.fields(cls):
         tp, nullable = _strip_optional(hints[f.name])
         kafka_type = f.metadata.get("kafka_type")
-        nested = None
+        nested: Any = None  # the kio entity class of a nested field
         kind = "plain"
         zero: Any = None
         if typing.get_origin(tp) is tuple:
@@ -191,8 +192,8 @@ def _plan(cls: type) -> list[_FieldPlan]:
             zero = 0
         if f.default is not _MISSING:
             default, has_default = f.default, True
-        elif f.default_factory is not _MISSING:  # type: ignore[misc]
-            default, has_default = f.default_factory(), True  # type: ignore[misc]
+        elif f.default_factory is not _MISSING:
+            default, has_default = f.default_factory(), True
         else:
             default, has_default = None, False
         plan.append(_FieldPlan(f.name, kind, nested, default, has_default, zero))

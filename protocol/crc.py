@@ -25,7 +25,8 @@ def _load() -> Callable[..., int]:
                     continue
                 module = importlib.util.module_from_spec(ext_spec)
                 loader.exec_module(module)
-                return module.crc32c
+                native: Callable[..., int] = module.crc32c
+                return native
     from crc32c import crc32c as packaged
 
     return packaged

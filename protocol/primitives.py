@@ -79,6 +79,7 @@ class Reader:
         self.pos = pos
 
     def _take(self, s: struct.Struct) -> int:
+        v: int
         try:
             (v,) = s.unpack_from(self.data, self.pos)
         except struct.error:

@@ -28,6 +28,7 @@ import gzip
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 from protocol.crc import crc32c
@@ -160,7 +161,7 @@ class BatchHeader:
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Unpack the 61-byte header at `pos` without any validation (needs 61 bytes there)."""
-    return BatchHeader(*_HEADER.unpack_from(buf, pos), pos)
+    return BatchHeader(*_HEADER.unpack_from(buf, pos), pos)  # type: ignore[call-arg]  # 13 fields, then pos
 
 
 def batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:
@@ -248,7 +249,7 @@ def parse_produce_records(buf: bytes | bytearray | memoryview, *, api_version: i
             if crc != f[4]:
                 raise InvalidRecordError(CORRUPT_MESSAGE, f"Record is corrupt (stored crc = {f[4]}, computed crc = "
                                                           f"{crc}).")
-            return [BatchHeader(*f, 0)]
+            return [BatchHeader(*f, 0)]  # type: ignore[call-arg]
     # Kafka walks batch sizes first: a size below 14 or a bad magic is corrupt, anything shorter
     # than one whole batch means "no batch".
     if n >= LOG_OVERHEAD:
@@ -411,7 +412,7 @@ def decompress(codec: int, data: bytes) -> bytes:
     if codec == GZIP:
         return _gunzip(data)
     if codec == SNAPPY:
-        import snappy  # type: ignore[import-not-found]
+        import snappy
         if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: 16-byte header, sized blocks
             out = bytearray()
             pos = 16
@@ -420,12 +421,14 @@ def decompress(codec: int, data: bytes) -> bytes:
                 out += snappy.uncompress(data[pos + 4:pos + 4 + n])
                 pos += 4 + n
             return bytes(out)
-        return snappy.uncompress(data)
+        plain: bytes = snappy.uncompress(data)
+        return plain
     if codec == LZ4:
-        import lz4.frame  # type: ignore[import-not-found]
-        return lz4.frame.decompress(data)
+        import lz4.frame
+        unframed: bytes = lz4.frame.decompress(data)
+        return unframed
     if codec == ZSTD:
-        import zstandard  # type: ignore[import-not-found]
+        import zstandard
         return zstandard.ZstdDecompressor().decompressobj().decompress(data)
     raise InvalidRecordError(CORRUPT_MESSAGE, f"unknown compression type id {codec}")
 
@@ -459,11 +462,12 @@ def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, 
     h = read_header(batch, 0)
     if h.timestamp_type == 1:
         return [(h.base_offset + i, h.max_timestamp) for i in range(h.last_offset_delta + 1)]
-    body: bytes | None = bytes(memoryview(batch)[BATCH_HEADER_SIZE:h.size])
+    body = bytes(memoryview(batch)[BATCH_HEADER_SIZE:h.size])
     if h.compression:
-        body = _decompress(h.compression, body)
-        if body is None:
+        decompressed = _decompress(h.compression, body)
+        if decompressed is None:
             return None
+        body = decompressed
     out = []
     pos = 0
     try:
@@ -497,7 +501,7 @@ def _nullable_bytes(out: bytearray, b: bytes | None) -> None:
         out += b
 
 
-RecordSpec = tuple  # (key, value) | (key, value, headers) | (key, value, headers, timestamp_ms)
+RecordSpec = tuple[Any, ...]  # (key, value) | (key, value, headers) | (key, value, headers, timestamp_ms)
 
 
 def encode_batch(records: Sequence[RecordSpec], *, timestamp_ms: int, base_offset: int = 0,
@@ -532,13 +536,13 @@ def encode_batch(records: Sequence[RecordSpec], *, timestamp_ms: int, base_offse
     if compression == GZIP:
         body = bytearray(gzip.compress(bytes(body)))
     elif compression == SNAPPY:
-        import snappy  # type: ignore[import-not-found]
+        import snappy
         body = bytearray(snappy.compress(bytes(body)))
     elif compression == LZ4:
-        import lz4.frame  # type: ignore[import-not-found]
+        import lz4.frame
         body = bytearray(lz4.frame.compress(bytes(body)))
     elif compression == ZSTD:
-        import zstandard  # type: ignore[import-not-found]
+        import zstandard
         body = bytearray(zstandard.ZstdCompressor().compress(bytes(body)))
     elif compression != NONE:
         raise ValueError(f"unknown compression type id {compression}")
