@@ -85,12 +85,12 @@ def group_start_policy(data_dir: Path) -> dict[str, str]:
         return {}
 
 
-def _mapped(path: str) -> tuple[mmap.mmap | bytes, int]:
+def _mapped(path: str) -> tuple[memoryview, int]:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
-            return b"", 0
-        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ), size
+            return memoryview(b""), 0
+        return memoryview(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)), size
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def segment_records(seg: Segment, chunk: int = 10_000) -> Iterator[dict[str, lis
     for h in iter_batch_headers(buf):
         if h.is_control:
             continue
-        for r in decode_records(memoryview(buf)[h.position:h.position + h.size]):
+        for r in decode_records(buf[h.position:h.position + h.size]):
             cols["topic"].append(seg.topic)
             cols["partition"].append(seg.partition)
             cols["offset"].append(r.offset)
@@ -168,7 +168,7 @@ def share_state_rows(seg: Segment) -> tuple[dict[str, list], dict[str, list]]:
     for h in iter_batch_headers(buf):
         if h.is_control:
             continue
-        for r in decode_records(memoryview(buf)[h.position:h.position + h.size]):
+        for r in decode_records(buf[h.position:h.position + h.size]):
             if r.key is None:
                 continue
             try:
@@ -205,7 +205,7 @@ def consumer_offset_rows(seg: Segment) -> dict[str, list]:
     for h in iter_batch_headers(buf):
         if h.is_control:
             continue
-        for r in decode_records(memoryview(buf)[h.position:h.position + h.size]):
+        for r in decode_records(buf[h.position:h.position + h.size]):
             if r.key is None:
                 continue
             try:

@@ -172,7 +172,7 @@ def _watch(query: StreamingQuery, on_progress: Callable[[dict], None] | None = N
     seen = -1
     try:
         while query.isActive:
-            query.awaitTermination(1.0)
+            query.awaitTermination(1)
             for progress in query.recentProgress:
                 if progress["batchId"] > seen and progress["numInputRows"] > 0:
                     seen = progress["batchId"]

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
+from confluent_kafka._types import HeadersType
 from confluent_kafka.admin import AdminClient, OffsetSpec as KafkaOffsetSpec
 
 from pipeline.options import EARLIEST, LATEST, OffsetRange, Offsets, OffsetSpec, OptionError, Subscription, TopicPartition
@@ -137,6 +138,14 @@ def consumer_settings(client: Mapping[str, str], group_id: str) -> dict[str, obj
     return conf
 
 
+def header_structs(headers: HeadersType | None) -> list[dict[str, object]]:
+    """A consumed record's headers (librdkafka gives a list of pairs) as Arrow struct values."""
+    if not headers:
+        return []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return [{"key": k, "value": v} for k, v in pairs]
+
+
 def read_range(client: Mapping[str, str], group_id: str, rng: OffsetRange, *, include_headers: bool,
                fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[pa.RecordBatch]:
     """The records of [rng.start, rng.end) as Arrow batches. Offsets missing inside the range
@@ -168,15 +177,18 @@ def read_range(client: Mapping[str, str], group_id: str, rng: OffsetRange, *, in
                 raise TimeoutError(f"Cannot fetch record for offset {next_offset} of {rng.topic}-{rng.partition} "
                                    f"in {poll_timeout_ms} milliseconds (kafkaConsumer.pollTimeoutMs)")
             # Column by column in comprehensions: the per-record cost is the method calls alone.
-            errors = [m for m in messages if m.error() is not None]
+            errors = [err for m in messages if (err := m.error()) is not None]
             if errors:
-                for m in errors:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(m.error())
-                    if m.offset() >= end:  # the rest of the range holds no records
+                for m in messages:
+                    err = m.error()
+                    if err is None:
+                        continue
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(err)
+                    if (m.offset() or 0) >= end:  # the rest of the range holds no records
                         next_offset = end
                 messages = [m for m in messages if m.error() is None]
-            offsets = [m.offset() for m in messages]
+            offsets: list[int] = [m.offset() for m in messages]  # type: ignore[misc]  # never None for records
             if offsets and offsets[-1] >= end:
                 cut = bisect.bisect_left(offsets, end)
                 messages, offsets = messages[:cut], offsets[:cut]
@@ -194,8 +206,7 @@ def read_range(client: Mapping[str, str], group_id: str, rng: OffsetRange, *, in
                           pa.timestamp("us", tz="UTC")),
                       pc.subtract(kinds, 1)]  # librdkafka's CREATE_TIME 1 / LOG_APPEND_TIME 2 -> 0 / 1
             if include_headers:
-                arrays.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in messages],
-                                       _HEADERS_TYPE))
+                arrays.append(pa.array([header_structs(m.headers()) for m in messages], _HEADERS_TYPE))
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
     finally:
         consumer.close()

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from pipeline.analytics import (
     ARCHIVED,
@@ -154,7 +154,7 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     say(f"{len(user)} segments of {len({(s.topic, s.partition) for s in user})} partitions, "
         f"{len(state_segs)} share-state and {len(offset_segs)} consumer-offsets segments")
 
-    def frame(segs: list[Segment]):
+    def frame(segs: list[Segment]) -> DataFrame:
         # One task per segment: the unit the parsing is distributed by.
         return spark.createDataFrame(_segment_rows(segs), _SEGMENT_DF_SCHEMA).repartition(max(1, len(segs)))
 
@@ -195,15 +195,15 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     history: dict[tuple[str, str, int], list[tuple[int, int, int]]] = defaultdict(list)
     archived_ranges: dict[tuple[str, str, int], list[tuple[int, int]]] = defaultdict(list)
     first_start: dict[tuple[str, str, int], int] = {}
-    for r in sorted(state_rows, key=lambda x: (x["state_partition"], x["log_offset"])):
-        k = (r["group"], r["topic_id"], r["partition"])
-        if r["start_offset"] >= 0 and k not in first_start:
-            first_start[k] = r["start_offset"]
-    for r in range_rows:
-        k = (r["group"], r["topic_id"], r["partition"])
-        history[k].append((r["first_offset"], r["last_offset"], r["delivery_count"]))
-        if r["delivery_state"] == ARCHIVED:
-            archived_ranges[k].append((r["first_offset"], r["last_offset"]))
+    for st_row in sorted(state_rows, key=lambda x: (x["state_partition"], x["log_offset"])):
+        k = (st_row["group"], st_row["topic_id"], st_row["partition"])
+        if st_row["start_offset"] >= 0 and k not in first_start:
+            first_start[k] = st_row["start_offset"]
+    for rg in range_rows:
+        k = (rg["group"], rg["topic_id"], rg["partition"])
+        history[k].append((rg["first_offset"], rg["last_offset"], rg["delivery_count"]))
+        if rg["delivery_state"] == ARCHIVED:
+            archived_ranges[k].append((rg["first_offset"], rg["last_offset"]))
 
     histogram: dict[str, Counter[int]] = defaultdict(Counter)
     for (group, tid, partition), st in sorted(final.items()):

@@ -33,7 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from pipeline.kafka_client import TIMESTAMP_TYPES, arrow_schema, spark_schema
+from pipeline.kafka_client import TIMESTAMP_TYPES, arrow_schema, header_structs, spark_schema
 from pipeline.options import OptionError, bool_option, client_settings
 
 SPOOL_DIR = "sharegroup"
@@ -253,8 +253,7 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             rows["timestampType"].append(TIMESTAMP_TYPES.get(ts_type, -1))
             rows["deliveryCount"].append(m.delivery_count())
             if self.opts.include_headers:
-                h = m.headers()
-                rows["headers"].append([{"key": k, "value": v} for k, v in h] if h else [])
+                rows["headers"].append(header_structs(m.headers()))
         if not rows["offset"]:
             return self._offset(done)
         seq = done + 1
