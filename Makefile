@@ -27,12 +27,12 @@ test: venv bytecode lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # ruff over the whole tree, mypy --strict over the wire codec and storage, mypy with every
-# function typed over the Spark pipeline (settings in
+# function typed over the server, the settings and the Spark pipeline (settings in
 # pyproject.toml); part of `make test`, so CI enforces them.
 lint: venv
 	$(PY) -m ruff check --quiet broker protocol storage config pipeline bench tests
 	$(PY) -m mypy --strict --no-error-summary protocol storage
-	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --follow-imports=silent --no-error-summary pipeline
+	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --no-error-summary broker config pipeline
 
 bench: venv bytecode
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'

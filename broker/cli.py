@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.structured_log import configure_logging, get_logger
@@ -63,6 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from broker.server import run
 
+    runner: Callable[..., object]
     try:
         import uvloop
         runner = uvloop.run

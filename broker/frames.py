@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 MIN_FRAME = 8  # api key, api version, correlation id
 _STAGING = 16 * 1024  # per connection: an idle connection costs little more than this
@@ -100,8 +100,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
     # -- asyncio callbacks -------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not a subclass
-        transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        tcp = cast(asyncio.Transport, transport)  # uvloop's TCPTransport is not a subclass, but is one
+        self.transport = tcp
+        tcp.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:

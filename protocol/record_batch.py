@@ -25,13 +25,16 @@ batches from clients) live in `parse_produce_records`.
 from __future__ import annotations
 
 import gzip
+import mmap
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from protocol.crc import crc32c
+
+BufferLike = bytes | bytearray | memoryview | mmap.mmap  # what the header readers accept
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -159,12 +162,12 @@ class BatchHeader:
         return seq + inc
 
 
-def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+def read_header(buf: BufferLike, pos: int = 0) -> BatchHeader:
     """Unpack the 61-byte header at `pos` without any validation (needs 61 bytes there)."""
     return BatchHeader(*_HEADER.unpack_from(buf, pos), pos)  # type: ignore[call-arg]  # 13 fields, then pos
 
 
-def batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:
+def batch_crc(buf: BufferLike, header: BatchHeader) -> int:
     """CRC-32C of the batch `header` describes, as stored in its crc field when valid."""
     start = header.position
     return crc32c(memoryview(buf)[start + _CRC_START:start + header.size])
@@ -309,7 +312,7 @@ class BatchWalk(Iterator[BatchHeader]):
 
     __slots__ = ("_buf", "_n", "position", "stopped_by")
 
-    def __init__(self, buf: bytes | bytearray | memoryview, start: int = 0) -> None:
+    def __init__(self, buf: BufferLike, start: int = 0) -> None:
         self._buf = buf
         self._n = len(buf)
         self.position = start
@@ -344,7 +347,7 @@ class BatchWalk(Iterator[BatchHeader]):
         return h
 
 
-def iter_batch_headers(buf: bytes | bytearray | memoryview, start: int = 0) -> BatchWalk:
+def iter_batch_headers(buf: BufferLike, start: int = 0) -> BatchWalk:
     """Fast header walk (no CRC) from `start`; see BatchWalk for where and why it stops."""
     return BatchWalk(buf, start)
 

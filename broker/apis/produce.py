@@ -60,7 +60,7 @@ def _append_one(broker: Any, partition: Any, records: bytes | memoryview | None,
             return {"error_code": ErrorCode.none, "base_offset": dup.first_offset,
                     "log_start_offset": plog.log_start_offset}
     # A large request's records are a writable view of its frame: offsets go in there, no copy.
-    buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
+    buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records or b"")
     result = plog.append(buf, headers, leader_epoch=partition.leader_epoch, now_ms=now,
                          log_append_time=log_append_time)
     if pid >= 0:

@@ -177,10 +177,10 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
         await _fetch(broker, group_id, member_id, session, body, v, entries)
 
     for key in list(session.pending_new):
-        partition, code, message = resolve_partition(broker, *key)
+        partition, unresolved, why = resolve_partition(broker, *key)
         e = entries.setdefault(key, _entry(broker, key[1], partition))
-        if code is not None and e["error_code"] == ErrorCode.none:
-            e.update(error_code=code, error_message=message)
+        if unresolved is not None and e["error_code"] == ErrorCode.none:
+            e.update(error_code=unresolved, error_message=why)
     session.pending_new.clear()
 
     by_topic: dict[Any, list[dict[str, Any]]] = {}

@@ -16,7 +16,7 @@ from protocol.codec import DecodedRequest, build, response_class
 
 
 async def _per_partition(broker: Any, req: DecodedRequest,
-                         op: Callable[[Any, Any, Any], Awaitable[dict[str, Any]]]) -> Any:
+                         op: Callable[[Any, str, Any, Any], Awaitable[dict[str, Any]]]) -> Any:
     body = req.body
     results = []
     for t in body.topics:

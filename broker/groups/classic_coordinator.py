@@ -358,11 +358,11 @@ class ClassicGroupCoordinator:
         for topic, partitions in topics:
             rows: list[FetchedOffset] = []
             for partition in partitions:
-                c = offsets.get((topic, partition))
-                if c is None:
+                found = offsets.get((topic, partition))
+                if found is None:
                     rows.append((partition, -1, -1, "", ErrorCode.none))
                 else:
-                    rows.append((partition, c.offset, c.leader_epoch, c.metadata, ErrorCode.none))
+                    rows.append((partition, found.offset, found.leader_epoch, found.metadata, ErrorCode.none))
             out.append((topic, rows))
         return out
 

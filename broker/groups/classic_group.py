@@ -768,8 +768,8 @@ class ClassicGroup:
                 if self.state == PREPARING_REBALANCE and self.has_all_members_joined():
                     self._complete_join_phase(now_ms)
         for member in list(self.members.values()):
-            deadline = member.heartbeat_deadline_ms
-            if deadline is None or deadline > now_ms or self.members.get(member.member_id) is not member:
+            beat_deadline = member.heartbeat_deadline_ms
+            if beat_deadline is None or beat_deadline > now_ms or self.members.get(member.member_id) is not member:
                 continue
             member.heartbeat_deadline_ms = None
             if not member.has_satisfied_heartbeat():

@@ -448,13 +448,13 @@ class ShareGroupCoordinator:
         if topics is None:
             if group is not None:
                 names = {t.topic_id: t.name for t in self.broker.topics.by_name.values()}
-                for tid, parts in sorted(group.initialized.items(), key=lambda kv: names.get(kv[0], "")):
+                for tid, initialized in sorted(group.initialized.items(), key=lambda kv: names.get(kv[0], "")):
                     if tid in names:
-                        wanted.append((names[tid], tid, sorted(parts)))
+                        wanted.append((names[tid], tid, sorted(initialized)))
         else:
-            for name, parts in topics:
+            for name, asked in topics:
                 topic = self.broker.topics.get(name)
-                wanted.append((name, topic.topic_id if topic else None, list(parts)))
+                wanted.append((name, topic.topic_id if topic else None, list(asked)))
         out = []
         for name, tid, parts in wanted:
             rows = []

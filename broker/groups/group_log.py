@@ -97,8 +97,10 @@ class GroupLog:
             if not force and self._since_compaction.get(partition.index, 0) < _COMPACT_AFTER_RECORDS:
                 continue
             index = partition.index
-            records = [r for restate in self._restaters
-                       for r in restate(lambda gid, i=index: self.partition_of(gid) == i)]
+            def here(gid: str, i: int = index) -> bool:
+                return self.partition_of(gid) == i
+
+            records = [r for restate in self._restaters for r in restate(here)]
             start = partition.log.high_watermark
             if records:
                 await append_records(self.broker, partition, records)

@@ -302,7 +302,9 @@ class SharePartition:
     @property
     def gap_window(self) -> tuple[int, int] | None:
         """(gap start, end offset) of the persister read gap window while it is active."""
-        return (self._gap_start, self._gap_end) if self._gap_active() else None
+        if self._gap_end is None or not self._gap_active():
+            return None
+        return self._gap_start, self._gap_end
 
     def next_lock_deadline(self) -> int | None:
         return self._map.next_deadline()
@@ -793,14 +795,15 @@ class SharePartition:
         """
         m = self._map
         out: list[PersistedBatch] = []
-        lo = hi = None
+        lo: int | None = None
+        hi: int | None = None
         while (p := m.pop_expired(now_ms)) is not None:
             i = m.index_of(p)
             for q in self._expire_piece(i, limits):
                 out.append(PersistedBatch(q.first, q.last, int(q.state), q.count))
                 lo = q.first if lo is None else min(lo, q.first)
                 hi = q.last if hi is None else max(hi, q.last)
-        if not out:
+        if not out or lo is None or hi is None:
             return None
         m.coalesce(lo, hi)
         return StateWrite(*self._settled_start(None), _coalesce_batches(out), "expiry")
@@ -833,7 +836,8 @@ class SharePartition:
         write._settled = True
         txn = write._txn
         if txn is not None:
-            lo = hi = None
+            lo: int | None = None
+            hi: int | None = None
             for p in txn.pieces:
                 if not p.alive or p.txn is not txn:
                     continue
@@ -845,7 +849,7 @@ class SharePartition:
                     self._find_next = True
                 lo = p.first if lo is None else min(lo, p.first)
                 hi = p.last if hi is None else max(hi, p.last)
-            if lo is not None:
+            if lo is not None and hi is not None:
                 self._map.coalesce(lo, hi)
         self._maybe_advance()
 
@@ -862,7 +866,8 @@ class SharePartition:
 
     def _rollback_txn(self, txn: Txn, limits: ShareLimits, now_ms: int) -> None:
         m = self._map
-        lo = hi = None
+        lo: int | None = None
+        hi: int | None = None
         for p in list(txn.pieces):
             if not p.alive or p.txn is not txn:
                 continue
@@ -884,7 +889,7 @@ class SharePartition:
             if prev_state is AVAILABLE:
                 self._find_next = True
             m.track_deadline(p)
-        if lo is not None:
+        if lo is not None and hi is not None:
             m.coalesce(lo, hi)
 
     def _start_transition(self, p: Piece, target: RecordState, txn: Txn, out: list[PersistedBatch],

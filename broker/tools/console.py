@@ -190,7 +190,7 @@ class _Producer:
         return self.sticky
 
     def send(self, items: list[tuple[bytes | None, bytes | None]]) -> None:
-        by_partition: dict[int, list[tuple[bytes | None, bytes | None, list, None]]] = {}
+        by_partition: dict[int, list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]]] = {}
         for key, value in items:
             by_partition.setdefault(self._partition_of(key), []).append((key, value, [], None))
         if self.partition is None and len(self.info.partitions) > 1:

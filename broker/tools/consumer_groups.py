@@ -242,13 +242,13 @@ class ConsumerGroupService:
         for (t, p), _m in plan:
             parts.setdefault(t, []).append(p)
         ends = self.client.list_offsets(parts, -1)
-        for (t, p), m in plan:
+        for (t, p), member in plan:
             cur = committed.get((t, p))
             code, end = ends.get((t, p), (3, -1))
             leo = end if not code and end >= 0 else None
             lag = leo - cur if leo is not None and cur is not None else None
-            rows.append([group, t, p, cur, leo, lag, m.member_id if m else None, m.host if m else None,
-                         m.client_id if m else None])
+            rows.append([group, t, p, cur, leo, lag, member.member_id if member else None,
+                         member.host if member else None, member.client_id if member else None])
         gw = width([group])
         tw = width([r[1] for r in rows])
         cw = width([r[6] or "-" for r in rows])
@@ -311,7 +311,7 @@ class ConsumerGroupService:
                 continue
             current = fetch_committed(self.client, group, None) if desc is not None else {}
             topics = reset_topics(self.client, args, group, {t for t, _ in current} if args.all_topics else set())
-            partitions = reset_partitions(self.client, args, topics, lambda current=current: current)
+            partitions = reset_partitions(self.client, args, topics, current.keys)
             offsets = compute_offsets(self.client, args, group, partitions, topics, current)
             if not dry_run and offsets:
                 errors = commit_offsets(self.client, group, offsets)

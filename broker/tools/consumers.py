@@ -12,7 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.tools.records import Record, decode
-from broker.tools.wire import Client, KafkaApiError, ToolError, TopicInfo, code_of
+from broker.tools.wire import Client, Connection, KafkaApiError, Node, ToolError, TopicInfo, code_of
 
 TP = tuple[str, int]
 _RETRY_FETCH = (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available,
@@ -214,8 +214,8 @@ class Fetcher:
         self._rr += 1
         wanted = by_leader[node]
         topics: dict[str, list[dict]] = {}
-        for t, p in sorted(wanted):
-            topics.setdefault(t, []).append({"partition": p, "fetch_offset": self.positions[(t, p)],
+        for t, part in sorted(wanted):
+            topics.setdefault(t, []).append({"partition": part, "fetch_offset": self.positions[(t, part)],
                                              "partition_max_bytes": 1048576, "current_leader_epoch": -1,
                                              "log_start_offset": -1, "last_fetched_epoch": -1})
         data = {"replica_id": -1, "max_wait": min(wait_ms, self.max_wait_ms), "min_bytes": 1, "max_bytes": 52428800,
@@ -273,8 +273,8 @@ class GroupMember:
         self.member_id = ""
         self.generation = -1
         self.next_heartbeat = 0.0
-        self.coordinator = None
-        self.conn = None
+        self.coordinator: Node | None = None
+        self.conn: Connection | None = None
 
     def _coordinator(self) -> Any:
         if self.conn is None:

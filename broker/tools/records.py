@@ -30,7 +30,7 @@ class Record:
     delivery_count: int | None = None
 
 
-def encode(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]], *,
+def encode(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]], *,
            timestamp_ms: int, compression: int = 0) -> bytes:
     return bytes(encode_batch(records, timestamp_ms=timestamp_ms, compression=compression))
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -15,6 +17,7 @@ from broker.tools.records import Record, decode
 from broker.tools.wire import (
     Client,
     KafkaApiError,
+    Node,
     ToolError,
     code_of,
     error_message,
@@ -33,7 +36,7 @@ class Session:
 
 class ShareConsumer:
     def __init__(self, client: Client, group: str, topics: list[str], *, max_records: int = 500,
-                 max_wait_ms: int = 500, warn=None) -> None:
+                 max_wait_ms: int = 500, warn: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.group = group
         self.topic_names = topics
@@ -52,7 +55,7 @@ class ShareConsumer:
         self.pending: dict[int, dict[tuple[uuid.UUID, int], list[tuple[int, int]]]] = {}
         # (topic id, partition, offset) -> the node whose session delivered the record
         self.owner: dict[tuple[uuid.UUID, int, int], int] = {}
-        self.coordinator = None
+        self.coordinator: Node | None = None
         self.warn = warn or (lambda text: None)
         self.ack_failures = 0
         self._rr = 0
@@ -68,8 +71,8 @@ class ShareConsumer:
         topics = self.client.metadata(self.topic_names)
         for name in self.topic_names:
             info = topics.get(name)
-            missing = info is None or info.error == ErrorCode.unknown_topic_or_partition
-            if missing or (not info.error and not info.partitions):
+            if (info is None or info.error == ErrorCode.unknown_topic_or_partition
+                    or (not info.error and not info.partitions)):
                 raise ToolError(f"Topic '{name}' does not exist.")
             if info.error:
                 raise KafkaApiError(info.error, None, f"Cannot get metadata for topic '{name}': ")
@@ -80,11 +83,13 @@ class ShareConsumer:
             for p in info.partitions.values():
                 self.leaders[(info.topic_id, p.index)] = p.leader
 
-    def _coordinator_request(self, key: int, data: dict) -> object:
+    def _coordinator_request(self, key: int, data: dict[str, Any]) -> Any:
+        """The response (a kio entity of the version spoken) from the group coordinator."""
+        coordinator = self.coordinator or self.client.find_coordinator(self.group)
         try:
-            return self.client.conn_to(self.coordinator).request(key, data)
+            return self.client.conn_to(coordinator).request(key, data)
         except (OSError, ConnectionError):
-            self.client.drop(self.coordinator.node_id)
+            self.client.drop(coordinator.node_id)
             self.coordinator = self.client.find_coordinator(self.group)
             return self.client.conn_to(self.coordinator).request(key, data)
 

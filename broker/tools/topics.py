@@ -78,7 +78,9 @@ def parse_config_pairs(items: list[str], *, allow_brackets: bool) -> list[tuple[
 
 
 def _split_top_level(text: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -238,7 +240,8 @@ def alter(client: Client, args: argparse.Namespace) -> int:
         (r,) = resp.results
         if code_of(r.error_code):
             raise KafkaApiError(r.error_code, r.error_message)
-    changes = [(k, SET, v) for k, v in parse_config_pairs(args.add_config, allow_brackets=True)]
+    changes: list[tuple[str, int, str | None]] = [
+        (k, SET, v) for k, v in parse_config_pairs(args.add_config, allow_brackets=True)]
     for item in args.delete_config:
         changes.extend((k.strip(), DELETE, None) for k in item.split(",") if k.strip())
     if changes:

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from protocol.crc import crc32c
 from protocol.record_batch import (
@@ -190,7 +191,7 @@ def segment_files(directory: Path) -> list[tuple[int, Path]]:
 
 
 def verify(data_dir: Path, topic: str | None = None, *, deep: bool = False,
-           verbose: bool = False, out=None) -> int:
+           verbose: bool = False, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if not data_dir.is_dir():
         print(f"sharebroker verify: {data_dir} is not a directory", file=sys.stderr)

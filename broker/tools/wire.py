@@ -239,7 +239,7 @@ class Connection:
         return body
 
     def _handshake(self) -> None:
-        cls = load_request_schema(18, 3)
+        cls: Any = load_request_schema(18, 3)  # ApiVersionsRequest v3
         try:
             resp = self._roundtrip(cls(client_software_name="sharebroker-cli", client_software_version="1.0"), None)
         except (OSError, ConnectionError):
@@ -358,10 +358,10 @@ class Client:
                 last = exc
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 1.0)
-        exc = UnreachableError(f"Cannot reach broker {host}:{port} within {self.timeout_ms} ms"
-                               + (f" ({_os_reason(last)})." if last else "."))
-        exc.reason = _os_reason(last)
-        raise exc
+        unreachable = UnreachableError(f"Cannot reach broker {host}:{port} within {self.timeout_ms} ms"
+                                       + (f" ({_os_reason(last)})." if last else "."))
+        unreachable.reason = _os_reason(last)
+        raise unreachable
 
     def boot(self) -> Connection:
         if self._boot is None:
