@@ -1,49 +1,62 @@
 """`sharebroker pipeline report`: queue analytics over a broker data directory, read from its
-files. Spark parses the segments, one task per segment, into Parquet tables:
+files (pipeline/analytics.py parses them). Spark spreads the parsing over tasks, one per segment:
+a DataFrame of segment paths goes through `mapInArrow`, and each task opens its file (local paths:
+local[*] on the broker host, or a copy of the directory on shared storage). Tables, as Parquet
+under the output directory:
 
 - `records/` (partitioned by topic): every record of the user topics, control batches skipped;
-- `segments/`: per segment its offsets, counts, time span and whether it ends torn;
-- `share_state/` and `share_state_ranges/`: every `__share_group_state` record (start offset over
-  time) and the offset ranges it carries (delivery state and count);
-- `consumer_offsets/`: classic groups' offset commits.
+- `segments/`: per segment its offsets, counts, time span, CRC errors and torn tail;
+- `share_state/` and `share_state_ranges/`: every `__share_group_state` record (start offset
+  over time) and the offset ranges it carries (delivery state and count);
+- `consumer_offsets/`: classic groups' offset commits;
+- `archived/`: the archived ("poison") records joined back to `records/`;
+- `throughput/`: records per topic and time bucket, by record timestamp.
 
-From those it computes lag per share group and partition (log end - start offset, after replaying
-the state the way the broker does), lag per classic group, the delivery-count histogram, the
-archived ("poison") records with a preview of their payload, and throughput over time, and writes
-`report.md` with `throughput.png`, `delivery_counts.png` and `lag.png`."""
+From those it computes lag per share group and partition (log end - start offset, the state
+replayed as the broker replays it), lag per classic group, the delivery-count histogram, the
+archived records with a payload preview, and throughput over time, and writes `report.md` with
+`throughput.png`, `delivery_counts.png` and `lag.png`."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipeline.analytics import (
-    ARCHIVED,
+    BATCH_FIELDS,
+    INTERNAL_TOPICS,
     OFFSET_COLUMNS,
-    OFFSETS_TOPIC,
-    RANGE_COLUMNS,
     RECORD_COLUMNS,
-    SHARE_STATE_TOPIC,
     STATE_COLUMNS,
     Segment,
+    committed_offsets,
     consumer_offset_rows,
+    consumption_begin,
+    delivery_count_histogram,
     group_start_policy,
     list_segments,
-    max_delivery_counts,
+    log_start_offsets,
     replay_state,
     segment_records,
     share_state_rows,
+    split_segments,
+    state_counts,
     summarize_segment,
     topic_names,
 )
 
 PREVIEW_BYTES = 64
+ARCHIVED_LISTED = 1000  # archived records kept in the summary and report.md; all are in archived/
+SERIES_ROWS = 120  # throughput buckets listed in report.md; all are in throughput/
 
 RECORDS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                             ("timestamp", pa.int64()), ("timestamp_type", pa.int8()), ("key", pa.binary()),
@@ -52,50 +65,90 @@ RECORDS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), (
 SEGMENTS_SCHEMA = pa.schema([("path", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                              ("base_offset", pa.int64()), ("next_offset", pa.int64()), ("bytes", pa.int64()),
                              ("batches", pa.int64()), ("records", pa.int64()), ("control_batches", pa.int64()),
-                             ("first_timestamp", pa.int64()), ("last_timestamp", pa.int64()),
-                             ("torn", pa.string())])
-STATE_SCHEMA = pa.schema([("group", pa.string()), ("topic_id", pa.string()), ("partition", pa.int32()),
-                          ("state_partition", pa.int32()), ("log_offset", pa.int64()),
+                             ("crc_errors", pa.int64()), ("first_timestamp", pa.int64()),
+                             ("last_timestamp", pa.int64()), ("torn", pa.string()), ("torn_bytes", pa.int64())])
+BATCH_TYPE = pa.struct([("first_offset", pa.int64()), ("last_offset", pa.int64()), ("delivery_state", pa.int8()),
+                        ("delivery_count", pa.int16())])
+STATE_SCHEMA = pa.schema([("group", pa.string()), ("topic_id", pa.string()), ("topic", pa.string()),
+                          ("partition", pa.int32()), ("state_partition", pa.int32()), ("log_offset", pa.int64()),
                           ("log_timestamp", pa.int64()), ("record_type", pa.string()),
                           ("snapshot_epoch", pa.int32()), ("state_epoch", pa.int32()), ("leader_epoch", pa.int32()),
-                          ("start_offset", pa.int64()), ("delivery_complete_count", pa.int32())])
-RANGES_SCHEMA = pa.schema([("group", pa.string()), ("topic_id", pa.string()), ("partition", pa.int32()),
-                           ("state_partition", pa.int32()), ("log_offset", pa.int64()), ("first_offset", pa.int64()),
-                           ("last_offset", pa.int64()), ("delivery_state", pa.int8()), ("delivery_count", pa.int16())])
+                          ("start_offset", pa.int64()), ("delivery_complete_count", pa.int32()),
+                          ("create_timestamp", pa.int64()), ("write_timestamp", pa.int64()),
+                          ("batches", pa.list_(BATCH_TYPE))])
 OFFSETS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-                            ("offset", pa.int64()), ("commit_timestamp", pa.int64()), ("log_offset", pa.int64()),
+                            ("offset", pa.int64()), ("commit_timestamp", pa.int64()),
+                            ("offsets_partition", pa.int32()), ("log_offset", pa.int64()),
                             ("log_timestamp", pa.int64())])
+# The parsers' column dicts go into these schemas by name: keep the two in step.
 assert tuple(RECORDS_SCHEMA.names) == RECORD_COLUMNS and tuple(STATE_SCHEMA.names) == STATE_COLUMNS
-assert tuple(RANGES_SCHEMA.names) == RANGE_COLUMNS and tuple(OFFSETS_SCHEMA.names) == OFFSET_COLUMNS
+assert tuple(OFFSETS_SCHEMA.names) == OFFSET_COLUMNS and tuple(BATCH_TYPE.names) == BATCH_FIELDS
 
+_ARCHIVED_DDL = ("group string, topic string, partition int, offset long, delivery_count int, timestamp long, "
+                 "key binary, value binary")
+_THROUGHPUT_DDL = "topic string, bucket_start long, count long"
+
+TopicPartition = tuple[str, int]
 GroupPartition = tuple[str, str, int]  # group, topic, partition
+
+
+class ArchivedRecord(NamedTuple):
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    delivery_count: int
+    timestamp: int
+    preview: str  # the first PREVIEW_BYTES of the value, printable
 
 
 @dataclass
 class ReportSummary:
-    records: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) -> records
-    log_end: dict[tuple[str, int], int] = field(default_factory=dict)
+    """What report.md shows, as numbers."""
+    segments: int = 0
+    records: dict[TopicPartition, int] = field(default_factory=dict)  # user topics only
+    log_start: dict[TopicPartition, int] = field(default_factory=dict)
+    log_end: dict[TopicPartition, int] = field(default_factory=dict)  # last offset + 1, control batches included
+    torn_segments: list[tuple[str, str]] = field(default_factory=list)  # (path, why the walk stopped)
+    crc_errors: dict[str, int] = field(default_factory=dict)  # path -> whole batches skipped
     share_start: dict[GroupPartition, int] = field(default_factory=dict)
-    share_lag: dict[GroupPartition, int] = field(default_factory=dict)
-    classic_lag: dict[GroupPartition, int] = field(default_factory=dict)
+    share_lag: dict[GroupPartition, int] = field(default_factory=dict)  # log end - start offset
+    # Kafka's DescribeShareGroupOffsets lag: also minus the records completed above the start offset.
+    share_remaining: dict[GroupPartition, int] = field(default_factory=dict)
+    share_states: dict[GroupPartition, dict[str, int]] = field(default_factory=dict)  # at/after the start
     delivery_counts: dict[str, dict[int, int]] = field(default_factory=dict)  # group -> count -> records
-    archived: list[tuple[str, str, int, int, str]] = field(default_factory=list)  # group, topic, p, offset, preview
-    throughput: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # topic -> (second, records)
-    torn_segments: list[str] = field(default_factory=list)
+    archived: list[ArchivedRecord] = field(default_factory=list)  # in the log, first ARCHIVED_LISTED
+    archived_total: int = 0  # archived offsets the state recorded, inside the log's offsets
+    classic_committed: dict[GroupPartition, int] = field(default_factory=dict)
+    classic_lag: dict[GroupPartition, int] = field(default_factory=dict)  # log end - committed offset
+    throughput_bucket_s: int = 1
+    throughput: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # topic -> (bucket start s, records)
 
 
-def _segment_rows(segments: list[Segment]) -> list[tuple]:
-    return [(s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id or "") for s in segments]
+def _ddl(schema: pa.Schema) -> StructType:
+    """The Spark schema of an Arrow one: the parsers' schemas are written once, in Arrow."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return from_arrow_schema(schema)
 
 
-_SEGMENT_DF_SCHEMA = ("path string, topic string, partition int, base_offset long, size long, topic_id string")
+_SEGMENT_SCHEMA = pa.schema([("path", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                             ("base_offset", pa.int64()), ("size", pa.int64()), ("topic_id", pa.string())])
+
+
+def _segments_frame(spark: SparkSession, segments: list[Segment]) -> DataFrame:
+    """One row and one input partition per segment: the unit the parsing is spread by. Largest
+    first, so a big segment does not start last and hold the job up."""
+    rows = [(s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id)
+            for s in sorted(segments, key=lambda s: -s.size)]
+    rdd = spark.sparkContext.parallelize(rows, max(1, len(rows)))
+    return spark.createDataFrame(rdd, _ddl(_SEGMENT_SCHEMA))
 
 
 def _segments_of(batches: Iterator[pa.RecordBatch]) -> Iterator[Segment]:
     for b in batches:
         for row in b.to_pylist():
             yield Segment(row["path"], row["topic"], row["partition"], row["base_offset"], row["size"],
-                          row["topic_id"] or None)
+                          row["topic_id"])
 
 
 def _records_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -104,26 +157,24 @@ def _records_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
             yield pa.RecordBatch.from_pydict(cols, schema=RECORDS_SCHEMA)
 
 
+def _summary_row(seg: Segment) -> dict[str, object]:
+    s = summarize_segment(seg)
+    return {"path": seg.path, "topic": seg.topic, "partition": seg.partition, "base_offset": seg.base_offset,
+            "next_offset": s.next_offset, "bytes": seg.size, "batches": s.batches, "records": s.records,
+            "control_batches": s.control_batches, "crc_errors": s.crc_errors, "first_timestamp": s.first_timestamp,
+            "last_timestamp": s.last_timestamp, "torn": s.torn, "torn_bytes": s.torn_bytes}
+
+
 def _summary_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for seg in _segments_of(batches):
-        s = summarize_segment(seg)
-        yield pa.RecordBatch.from_pylist([{
-            "path": seg.path, "topic": seg.topic, "partition": seg.partition, "base_offset": seg.base_offset,
-            "next_offset": s.next_offset, "bytes": seg.size, "batches": s.batches, "records": s.records,
-            "control_batches": s.control_batches, "first_timestamp": s.first_timestamp,
-            "last_timestamp": s.last_timestamp, "torn": s.torn}], schema=SEGMENTS_SCHEMA)
+        yield pa.RecordBatch.from_pylist([_summary_row(seg)], schema=SEGMENTS_SCHEMA)
 
 
-def _state_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for seg in _segments_of(batches):
-        state, _ranges = share_state_rows(seg)
-        yield pa.RecordBatch.from_pydict(state, schema=STATE_SCHEMA)
-
-
-def _ranges_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for seg in _segments_of(batches):
-        _state, ranges = share_state_rows(seg)
-        yield pa.RecordBatch.from_pydict(ranges, schema=RANGES_SCHEMA)
+def _state_task(names: Mapping[str, str]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for seg in _segments_of(batches):
+            yield pa.RecordBatch.from_pydict(share_state_rows(seg, names), schema=STATE_SCHEMA)
+    return task
 
 
 def _offsets_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -132,154 +183,156 @@ def _offsets_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 
 def preview(payload: bytes | None) -> str:
-    """The first bytes of a payload, printable (other bytes as \\xNN)."""
+    """The first PREVIEW_BYTES of a payload, printable ASCII: other bytes as \\xNN, '…' when cut."""
     if payload is None:
         return "null"
     head = payload[:PREVIEW_BYTES]
-    text = "".join(chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in head)
+    # Backslash and backtick escaped too: the preview goes into a Markdown code span.
+    text = "".join(chr(b) if 32 <= b < 127 and b not in (0x5C, 0x60) else f"\\x{b:02x}" for b in head)
     return text + ("…" if len(payload) > PREVIEW_BYTES else "")
 
 
+def _bucket_seconds(first_ms: int, last_ms: int) -> int:
+    """Seconds for up to a quarter of an hour of records, minutes up to a few days, then hours:
+    a chart of a few hundred to a thousand points."""
+    span_s = max(0, last_ms - first_ms) / 1000
+    return 1 if span_s <= 900 else 60 if span_s <= 3 * 86400 else 3600
+
+
 def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
-               progress: Callable[[str], None] | None = None) -> ReportSummary:
+               progress: Callable[[str], None] | None = None,
+               throughput_bucket_s: int | None = None) -> ReportSummary:
+    """Parse `data_dir` into Parquet tables under `output_dir`, compute the queue metrics and write
+    report.md with its charts. Nothing is written to `data_dir`; a live broker's may be read.
+    `throughput_bucket_s` fixes the throughput bucket (default: from the records' time span)."""
     say = progress or (lambda _text: None)
-    data_dir, output_dir = Path(data_dir).resolve(), Path(output_dir)
+    data_dir, output_dir = Path(data_dir).resolve(), Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     segments = list_segments(data_dir)
+    kinds = split_segments(segments)
     names = topic_names(data_dir)
     policies = group_start_policy(data_dir)
-    user = [s for s in segments if not s.topic.startswith("__")]
-    state_segs = [s for s in segments if s.topic == SHARE_STATE_TOPIC]
-    offset_segs = [s for s in segments if s.topic == OFFSETS_TOPIC]
-    say(f"{len(user)} segments of {len({(s.topic, s.partition) for s in user})} partitions, "
-        f"{len(state_segs)} share-state and {len(offset_segs)} consumer-offsets segments")
+    starts = log_start_offsets(data_dir, segments)
+    summary = ReportSummary(segments=len(segments))
+    say(f"{len(kinds.user)} segments of {len({(s.topic, s.partition) for s in kinds.user})} partitions, "
+        f"{len(kinds.share_state)} __share_group_state and {len(kinds.consumer_offsets)} __consumer_offsets segments")
 
-    def frame(segs: list[Segment]) -> DataFrame:
-        # One task per segment: the unit the parsing is distributed by.
-        return spark.createDataFrame(_segment_rows(segs), _SEGMENT_DF_SCHEMA).repartition(max(1, len(segs)))
+    def parse(segs: list[Segment], task: Callable, schema: pa.Schema) -> DataFrame:
+        # Empty segments (every internal partition has one) hold nothing: no task for them.
+        return _segments_frame(spark, [s for s in segs if s.size > 0]).mapInArrow(task, _ddl(schema))
 
-    def ddl(schema: pa.Schema) -> str:
-        from pyspark.sql.pandas.types import from_arrow_schema
-        return from_arrow_schema(schema).simpleString()
+    def table(name: str, schema: pa.Schema) -> DataFrame:
+        # With the schema given, an empty table reads back empty, and a topic named "123" stays a string.
+        return spark.read.schema(_ddl(schema)).parquet(str(output_dir / name))
 
-    say("parsing segments -> records/")
-    frame(user).mapInArrow(_records_task, ddl(RECORDS_SCHEMA)).write.mode("overwrite") \
-        .partitionBy("topic").parquet(str(output_dir / "records"))
-    seg_rows = frame(segments).mapInArrow(_summary_task, ddl(SEGMENTS_SCHEMA)).collect()
-    spark.createDataFrame(seg_rows, ddl(SEGMENTS_SCHEMA)).write.mode("overwrite").parquet(str(output_dir / "segments"))
+    # -- segments ------------------------------------------------------------------------------
+    say("summarizing segments -> segments/")
+    seg_rows = [r.asDict() for r in parse(segments, _summary_task, SEGMENTS_SCHEMA).collect()]
+    seg_rows += [_summary_row(s) for s in segments if s.size == 0]
+    spark.createDataFrame(seg_rows, _ddl(SEGMENTS_SCHEMA)).coalesce(1).write.mode("overwrite") \
+        .parquet(str(output_dir / "segments"))
+    first_ts = last_ts = -1
+    for r in sorted(seg_rows, key=lambda x: (x["topic"], x["partition"], x["base_offset"])):
+        if r["torn"]:
+            summary.torn_segments.append((r["path"], r["torn"]))
+        if r["crc_errors"]:
+            summary.crc_errors[r["path"]] = r["crc_errors"]
+        if r["topic"] not in INTERNAL_TOPICS:
+            tp = (r["topic"], r["partition"])
+            summary.records[tp] = summary.records.get(tp, 0) + r["records"]
+            summary.log_end[tp] = max(summary.log_end.get(tp, 0), r["next_offset"])
+            summary.log_start[tp] = starts[tp]
+            if r["first_timestamp"] >= 0:
+                first_ts = r["first_timestamp"] if first_ts < 0 else min(first_ts, r["first_timestamp"])
+                last_ts = max(last_ts, r["last_timestamp"])
+
+    # -- records -------------------------------------------------------------------------------
+    say("parsing records -> records/")
+    parse(kinds.user, _records_task, RECORDS_SCHEMA).write.mode("overwrite").partitionBy("topic") \
+        .parquet(str(output_dir / "records"))
+    records = table("records", RECORDS_SCHEMA)
+
+    # -- share-group state ---------------------------------------------------------------------
     say("parsing __share_group_state -> share_state/, share_state_ranges/")
-    state_df = frame(state_segs).mapInArrow(_state_task, ddl(STATE_SCHEMA))
-    ranges_df = frame(state_segs).mapInArrow(_ranges_task, ddl(RANGES_SCHEMA))
-    state_df.write.mode("overwrite").parquet(str(output_dir / "share_state"))
-    ranges_df.write.mode("overwrite").parquet(str(output_dir / "share_state_ranges"))
-    say("parsing __consumer_offsets -> consumer_offsets/")
-    offsets_df = frame(offset_segs).mapInArrow(_offsets_task, ddl(OFFSETS_SCHEMA))
-    offsets_df.write.mode("overwrite").parquet(str(output_dir / "consumer_offsets"))
-
-    summary = ReportSummary()
-    log_start: dict[tuple[str, int], int] = {}
-    for r in seg_rows:
-        if r.topic.startswith("__"):
-            continue
-        tp = (r.topic, r.partition)
-        log_start[tp] = min(log_start.get(tp, r.base_offset), r.base_offset)
-        summary.records[tp] = summary.records.get(tp, 0) + r.records
-        summary.log_end[tp] = max(summary.log_end.get(tp, 0), r.next_offset)
-        if r.torn:
-            summary.torn_segments.append(f"{r.path}: {r.torn}")
+    state_df = parse(kinds.share_state, _state_task(names), STATE_SCHEMA).cache()  # parsed once, used thrice
+    try:
+        keys = list(STATE_COLUMNS[:6])  # what identifies a range's record: group .. log offset
+        state_df.select(*[c for c in STATE_COLUMNS if c != "batches"], F.size("batches").alias("ranges")) \
+            .write.mode("overwrite").parquet(str(output_dir / "share_state"))
+        state_df.select(*keys, F.explode("batches").alias("b")).select(*keys, "b.*") \
+            .write.mode("overwrite").parquet(str(output_dir / "share_state_ranges"))
+        state_rows = [r.asDict(recursive=True) for r in state_df.collect()]
+    finally:
+        state_df.unpersist()
 
     say("replaying share-group state")
-    state_rows = [r.asDict() for r in spark.read.parquet(str(output_dir / "share_state")).collect()]
-    range_rows = [r.asDict() for r in spark.read.parquet(str(output_dir / "share_state_ranges")).collect()]
-    final = replay_state(state_rows, range_rows)
-    history: dict[tuple[str, str, int], list[tuple[int, int, int]]] = defaultdict(list)
-    archived_ranges: dict[tuple[str, str, int], list[tuple[int, int]]] = defaultdict(list)
-    first_start: dict[tuple[str, str, int], int] = {}
-    for st_row in sorted(state_rows, key=lambda x: (x["state_partition"], x["log_offset"])):
-        k = (st_row["group"], st_row["topic_id"], st_row["partition"])
-        if st_row["start_offset"] >= 0 and k not in first_start:
-            first_start[k] = st_row["start_offset"]
-    for rg in range_rows:
-        k = (rg["group"], rg["topic_id"], rg["partition"])
-        history[k].append((rg["first_offset"], rg["last_offset"], rg["delivery_count"]))
-        if rg["delivery_state"] == ARCHIVED:
-            archived_ranges[k].append((rg["first_offset"], rg["last_offset"]))
-
     histogram: dict[str, Counter[int]] = defaultdict(Counter)
-    for (group, tid, partition), st in sorted(final.items()):
-        topic = names.get(tid)
-        if st.deleted or topic is None or st.start_offset < 0:
-            continue
-        gp = (group, topic, partition)
-        end = summary.log_end.get((topic, partition), st.start_offset)
-        summary.share_start[gp] = st.start_offset
-        summary.share_lag[gp] = max(0, end - st.start_offset)
-        # Delivery counts: what the state recorded, and 1 for records consumed in order below the
-        # start offset that no range ever mentioned. Where the group began: the first start offset
-        # persisted, or the log start when the group reads from the earliest offset (the leader
-        # persists the start offset it initialized with only with its first acknowledgement).
-        counted = max_delivery_counts(history[(group, tid, partition)])
-        begin = first_start.get((group, tid, partition), st.start_offset)
-        if policies.get(group) == "earliest":
-            begin = min(begin, log_start.get((topic, partition), begin))
-        seen = 0
-        for f, l_, c in counted:
-            lo, hi = max(f, begin), min(l_, end - 1)
+    archived_ranges: list[tuple[str, str, int, int, int, int]] = []
+    for (group, _tid, partition), st in sorted(replay_state(state_rows).items(), key=lambda kv: str(kv[0])):
+        topic = st.topic
+        if st.deleted or topic is None or (topic, partition) not in summary.log_end:
+            continue  # a deleted group or topic: no lag, nothing to deliver any more
+        tp, gp = (topic, partition), (group, topic, partition)
+        end, log_start = summary.log_end[tp], summary.log_start[tp]
+        if st.start_offset >= 0:
+            summary.share_start[gp] = st.start_offset
+            summary.share_lag[gp] = max(0, end - st.start_offset)
+            if st.delivery_complete_count >= 0:
+                summary.share_remaining[gp] = max(0, end - st.start_offset - st.delivery_complete_count)
+            summary.share_states[gp] = state_counts(st, end)
+        begin = consumption_begin(st, policies.get(group, "latest"), log_start)
+        histogram[group].update(delivery_count_histogram(st, begin, end))
+        for f, l_, count in st.archived:
+            lo, hi = max(f, log_start), min(l_, end - 1)
             if hi >= lo:
-                histogram[group][c] += hi - lo + 1
-                if lo < st.start_offset:
-                    seen += min(hi, st.start_offset - 1) - lo + 1
-        plain = max(0, st.start_offset - begin) - seen
-        if plain:
-            histogram[group][1] += plain
-    summary.delivery_counts = {g: dict(sorted(c.items())) for g, c in histogram.items()}
+                archived_ranges.append((group, topic, partition, lo, hi, count))
+                summary.archived_total += hi - lo + 1
+    summary.delivery_counts = {g: dict(sorted(c.items())) for g, c in sorted(histogram.items()) if c}
 
-    wanted: set[tuple[str, int, int]] = set()
-    archived_by_offset: dict[tuple[str, int, int], list[str]] = defaultdict(list)
-    for (group, tid, partition), spans in archived_ranges.items():
-        topic = names.get(tid)
-        if topic is None:
-            continue
-        for f, l_ in {(f, l_) for f, l_ in spans}:
-            for off in range(f, l_ + 1):
-                if group not in archived_by_offset[(topic, partition, off)]:
-                    archived_by_offset[(topic, partition, off)].append(group)
-                    wanted.add((topic, partition, off))
-    if wanted:
-        say(f"joining {len(wanted)} archived records to their payloads")
-        keys = spark.createDataFrame(sorted(wanted), "topic string, partition int, offset long")
-        records = spark.read.parquet(str(output_dir / "records"))
-        payloads = {(r.topic, r.partition, r.offset): bytes(r.value) if r.value is not None else None
-                    for r in records.join(keys, ["topic", "partition", "offset"]).collect()}
-        for (topic, partition, off), groups in sorted(archived_by_offset.items()):
-            for group in groups:
-                summary.archived.append((group, topic, partition, off,
-                                         preview(payloads[(topic, partition, off)])
-                                         if (topic, partition, off) in payloads else "(not in the log)"))
+    # -- archived records ----------------------------------------------------------------------
+    say(f"joining {summary.archived_total} archived offsets to records/ -> archived/")
+    spans = spark.createDataFrame(archived_ranges, "group string, topic string, partition int, first_offset long, "
+                                                   "last_offset long, delivery_count int")
+    rec, a = records.alias("r"), F.broadcast(spans.alias("a"))  # a few ranges: broadcast, no shuffle of records
+    rec.join(a, (F.col("r.topic") == F.col("a.topic")) & (F.col("r.partition") == F.col("a.partition"))
+           & F.col("r.offset").between(F.col("a.first_offset"), F.col("a.last_offset"))) \
+        .select("a.group", "r.topic", "r.partition", "r.offset", "a.delivery_count", "r.timestamp", "r.key", "r.value") \
+        .write.mode("overwrite").parquet(str(output_dir / "archived"))
+    listed = spark.read.schema(_ARCHIVED_DDL).parquet(str(output_dir / "archived")) \
+        .orderBy("group", "topic", "partition", "offset").limit(ARCHIVED_LISTED).collect()
+    summary.archived = [ArchivedRecord(r.group, r.topic, r.partition, r.offset, r.delivery_count, r.timestamp,
+                                       preview(bytes(r.value) if r.value is not None else None)) for r in listed]
 
-    say("throughput over time")
-    records = spark.read.parquet(str(output_dir / "records"))
-    if user:
-        per_second = (records.selectExpr("topic", "CAST(floor(timestamp / 1000) AS LONG) AS second")
-                      .groupBy("topic", "second").count().collect())
-        by_topic: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for r in per_second:
-            by_topic[r.topic].append((r.second, r["count"]))
-        summary.throughput = {t: sorted(v) for t, v in by_topic.items()}
+    # -- classic groups ------------------------------------------------------------------------
+    say("parsing __consumer_offsets -> consumer_offsets/")
+    parse(kinds.consumer_offsets, _offsets_task, OFFSETS_SCHEMA).write.mode("overwrite") \
+        .parquet(str(output_dir / "consumer_offsets"))
+    commits = [r.asDict() for r in table("consumer_offsets", OFFSETS_SCHEMA).collect()]
+    for gp, off in sorted(committed_offsets(commits).items()):
+        if (gp[1], gp[2]) in summary.log_end:  # a commit for a topic that is gone has no lag
+            summary.classic_committed[gp] = off
+            summary.classic_lag[gp] = max(0, summary.log_end[(gp[1], gp[2])] - off)
 
-    classic: dict[GroupPartition, int] = {}
-    for r in sorted(spark.read.parquet(str(output_dir / "consumer_offsets")).collect(), key=lambda x: x.log_offset):
-        gp = (r.group, r.topic, r.partition)
-        if r.offset < 0:
-            classic.pop(gp, None)
-        else:
-            classic[gp] = r.offset
-    summary.classic_lag = {gp: max(0, summary.log_end.get((gp[1], gp[2]), off) - off) for gp, off in classic.items()}
+    # -- throughput ----------------------------------------------------------------------------
+    bucket = throughput_bucket_s or _bucket_seconds(first_ts, last_ts)
+    summary.throughput_bucket_s = bucket
+    say(f"throughput per {bucket} s -> throughput/")
+    records.where("timestamp >= 0") \
+        .select("topic", (F.floor(F.col("timestamp") / (1000 * bucket)) * bucket).cast("long").alias("bucket_start")) \
+        .groupBy("topic", "bucket_start").count() \
+        .write.mode("overwrite").parquet(str(output_dir / "throughput"))
+    series: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for row in spark.read.schema(_THROUGHPUT_DDL).parquet(str(output_dir / "throughput")).collect():
+        series[row.topic].append((row.bucket_start, row["count"]))
+    summary.throughput = {t: sorted(v) for t, v in sorted(series.items())}
 
     say("writing report.md and charts")
     _charts(summary, output_dir)
     (output_dir / "report.md").write_text(_markdown(summary, data_dir))
     return summary
+
+
+# -- report.md ------------------------------------------------------------------------------------
 
 
 def _table(header: list[str], rows: list[list[object]]) -> str:
@@ -288,48 +341,94 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _utc(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def _markdown(s: ReportSummary, data_dir: Path) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"# Queue report: {data_dir}\n\nMade {when} by `sharebroker pipeline report` from the files "
-             "themselves. Tables are next to this file as Parquet.\n"]
-    parts.append("## Topics\n\n" + _table(["topic", "partition", "records", "log end offset"],
-                 [[t, p, s.records.get((t, p), 0), s.log_end[(t, p)]] for t, p in sorted(s.log_end)]))
+    out = [f"# Queue report: {data_dir}\n\nMade {when} by `sharebroker pipeline report` from the files "
+           f"themselves ({s.segments} segments). The tables are next to this file as Parquet.\n"]
+    out.append("## Topics\n\n" + (_table(
+        ["topic", "partition", "records", "log start offset", "log end offset"],
+        [[t, p, s.records[(t, p)], s.log_start[(t, p)], s.log_end[(t, p)]] for t, p in sorted(s.log_end)])
+        if s.log_end else "No user topics.\n"))
     if s.torn_segments:
-        parts.append("Segments ending in a torn batch (a live broker's active segment, or a crash):\n\n"
-                     + "".join(f"- {t}\n" for t in s.torn_segments))
-    parts.append("## Share groups: lag\n\nLag = log end offset - share-partition start offset.\n\n"
-                 + (_table(["group", "topic", "partition", "start offset", "lag"],
-                           [[g, t, p, s.share_start[(g, t, p)], lag] for (g, t, p), lag in sorted(s.share_lag.items())])
-                    if s.share_lag else "No share groups.\n") + "\n![lag](lag.png)\n")
-    parts.append("## Share groups: delivery counts\n\nRecords by the highest delivery count they reached.\n\n"
-                 + (_table(["group", "delivery count", "records"],
-                           [[g, c, n] for g, counts in sorted(s.delivery_counts.items()) for c, n in counts.items()])
-                    if s.delivery_counts else "None.\n") + "\n![delivery counts](delivery_counts.png)\n")
-    parts.append("## Archived (poison) records\n\n"
-                 + (_table(["group", "topic", "partition", "offset", "payload preview"],
-                           [list(a) for a in s.archived[:200]]) if s.archived else "None.\n")
-                 + (f"\n({len(s.archived) - 200} more in share_state_ranges/)\n" if len(s.archived) > 200 else ""))
-    parts.append("## Classic consumer groups: lag\n\n"
-                 + (_table(["group", "topic", "partition", "lag"],
-                           [[g, t, p, lag] for (g, t, p), lag in sorted(s.classic_lag.items())])
-                    if s.classic_lag else "No committed offsets.\n"))
-    total = sum(n for series in s.throughput.values() for _, n in series)
-    parts.append(f"## Throughput\n\n{total} records by their timestamps, per second.\n\n![throughput](throughput.png)\n")
-    return "\n".join(parts)
+        out.append("Segments ending in a torn batch (a live broker's active segment, or a crash); read up to "
+                   "the last whole batch:\n\n" + "".join(f"- `{p}`: {why}\n" for p, why in s.torn_segments))
+    if s.crc_errors:
+        out.append("Whole batches skipped for a CRC mismatch:\n\n"
+                   + "".join(f"- `{p}`: {n}\n" for p, n in sorted(s.crc_errors.items())))
+
+    out.append("## Share groups: lag\n\nLag = log end offset - share-partition start offset. Remaining = lag - "
+               "records already completed above the start offset (Kafka's DescribeShareGroupOffsets lag). The "
+               "state columns count records at/after the start offset by their persisted state; unrecorded = "
+               "not delivered yet, or acquired when the broker stopped.\n\n"
+               + (_table(["group", "topic", "partition", "start offset", "lag", "remaining", "available",
+                          "acknowledged", "archived", "unrecorded"],
+                         [[g, t, p, s.share_start[(g, t, p)], lag, s.share_remaining.get((g, t, p), "?"),
+                           *(s.share_states[(g, t, p)].get(k, 0)
+                             for k in ("available", "acknowledged", "archived", "unrecorded"))]
+                          for (g, t, p), lag in sorted(s.share_lag.items())])
+                  if s.share_lag else "No share groups.\n") + "\n![lag](lag.png)\n")
+    out.append("## Share groups: delivery counts\n\nRecords by the highest delivery count the share-group state "
+               "recorded for them. Records completed in order below the start offset count once: the state "
+               "keeps no ranges below the start offset, nor acquisitions (a record redelivered and then "
+               "accepted by the write that moved the start offset past it shows its last persisted count).\n\n"
+               + (_table(["group", "delivery count", "records"],
+                         [[g, c, n] for g, counts in s.delivery_counts.items() for c, n in counts.items()])
+                  if s.delivery_counts else "None.\n") + "\n![delivery counts](delivery_counts.png)\n")
+    out.append(f"## Archived (poison) records\n\n{s.archived_total} archived offsets in the logs"
+               + (f"; the first {len(s.archived)} found in records/ below (all in archived/)" if s.archived else "")
+               + ".\n\n"
+               + (_table(["group", "topic", "partition", "offset", "delivery count", "timestamp", "payload preview"],
+                         [[a.group, a.topic, a.partition, a.offset, a.delivery_count,
+                           _utc(a.timestamp // 1000) if a.timestamp >= 0 else "-", f"`{a.preview}`"]
+                          for a in s.archived]) if s.archived else ""))
+    out.append("## Classic consumer groups: lag\n\n"
+               + (_table(["group", "topic", "partition", "committed offset", "lag"],
+                         [[g, t, p, s.classic_committed[(g, t, p)], lag]
+                          for (g, t, p), lag in sorted(s.classic_lag.items())])
+                  if s.classic_lag else "No committed offsets.\n"))
+    rows = []
+    for topic, series in s.throughput.items():
+        n = sum(c for _, c in series)
+        span = series[-1][0] - series[0][0] + s.throughput_bucket_s
+        rows.append([topic, _utc(series[0][0]), _utc(series[-1][0] + s.throughput_bucket_s), n,
+                     max(c for _, c in series), f"{n / span:.1f}"])
+    out.append(f"## Throughput\n\nBy record timestamp, in buckets of {s.throughput_bucket_s} s.\n\n"
+               + (_table(["topic", "from (UTC)", "to (UTC)", "records", "peak per bucket", "mean per second"], rows)
+                  if rows else "No records.\n") + "\n![throughput](throughput.png)\n")
+    points = [(t, b, c) for t, series in s.throughput.items() for b, c in series]
+    if points:
+        shown = points[:SERIES_ROWS]
+        out.append(_table(["topic", "bucket start (UTC)", "records"], [[t, _utc(b), c] for t, b, c in shown])
+                   + (f"\n({len(points) - SERIES_ROWS} more buckets in throughput/)\n"
+                      if len(points) > SERIES_ROWS else ""))
+    return "\n".join(out)
 
 
 def _charts(s: ReportSummary, out: Path) -> None:
     import matplotlib
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    for topic, series in sorted(s.throughput.items()):
-        start = series[0][0]
-        ax.plot([sec - start for sec, _ in series], [n for _, n in series], label=topic, marker=".")
-    ax.set_xlabel("seconds since the topic's first record")
+    bucket = s.throughput_bucket_s
+    origin = min((series[0][0] for series in s.throughput.values()), default=0)
+    unit, per = (("minutes", 60) if bucket < 3600 else ("hours", 3600)) if bucket >= 60 else ("seconds", 1)
+    for topic, series in s.throughput.items():
+        per_bucket = dict(series)
+        last = series[-1][0]
+        # Empty buckets drawn as zero (a line would bridge a pause), and a closing step at the end.
+        starts = range(series[0][0], last + 2 * bucket, bucket) if (last - series[0][0]) // bucket < 100_000 \
+            else [b for b, _ in series] + [last + bucket]
+        ax.plot([(b - origin) / per for b in starts], [per_bucket.get(b, 0) / bucket for b in starts],
+                drawstyle="steps-post", label=topic)
+    ax.set_xlabel(f"{unit} since {_utc(origin)} UTC" if s.throughput else "time")
     ax.set_ylabel("records/s")
-    ax.set_title("Throughput")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Throughput by record timestamp ({bucket} s buckets)")
     if s.throughput:
         ax.legend(fontsize="small")
     fig.tight_layout()
@@ -342,7 +441,8 @@ def _charts(s: ReportSummary, out: Path) -> None:
     width = 0.8 / max(1, len(groups))
     for i, g in enumerate(groups):
         ax.bar([c + i * width for c in counts], [s.delivery_counts[g].get(c, 0) for c in counts], width, label=g)
-    ax.set_xlabel("delivery count")
+    ax.set_xticks([c + 0.4 - width / 2 for c in counts], [str(c) for c in counts])
+    ax.set_xlabel("highest delivery count")
     ax.set_ylabel("records")
     ax.set_title("Delivery counts")
     if groups:
@@ -351,12 +451,14 @@ def _charts(s: ReportSummary, out: Path) -> None:
     fig.savefig(out / "delivery_counts.png", dpi=100)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    labels = [f"{g}\n{t}-{p}" for g, t, p in sorted(s.share_lag)]
-    ax.bar(range(len(labels)), [s.share_lag[k] for k in sorted(s.share_lag)])
-    ax.set_xticks(range(len(labels)), labels, fontsize="x-small")
-    ax.set_ylabel("records")
-    ax.set_title("Share-group lag per partition")
+    bars = [(f"{g} {t}-{p} (share)", lag, "tab:blue") for (g, t, p), lag in sorted(s.share_lag.items())]
+    bars += [(f"{g} {t}-{p} (classic)", lag, "tab:orange") for (g, t, p), lag in sorted(s.classic_lag.items())]
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(bars) + 1)))
+    ax.barh(range(len(bars)), [lag for _, lag, _ in bars], color=[colour for _, _, colour in bars])
+    ax.set_yticks(range(len(bars)), [label for label, _, _ in bars], fontsize="x-small")
+    ax.invert_yaxis()
+    ax.set_xlabel("records")
+    ax.set_title("Lag per group and partition")
     fig.tight_layout()
     fig.savefig(out / "lag.png", dpi=100)
     plt.close(fig)
