@@ -11,17 +11,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.flusher import now_ms
+from broker.replay import replay_batches
 from broker.structured_log import get_logger
 from protocol.record_batch import (
     encode_batch,
-    iter_batch_headers,
     iter_records,
     parse_batches,
 )
-from storage import CorruptLogError
 
 log = get_logger("sharebroker.internal_topics")
-_READ_BYTES = 4 << 20
 
 
 class StateWriteError(Exception):
@@ -49,26 +47,11 @@ def ensure_topic(broker: Any, name: str, partitions: int, segment_bytes: int) ->
 
 def read_records(plog: Any) -> Iterator[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every keyed record from the log start to the end."""
-    offset = plog.log_start_offset
-    while offset < plog.high_watermark:
-        try:
-            data = plog.read(offset, _READ_BYTES, min_one_batch=True).records
-        except CorruptLogError as exc:
-            # Start-up must not stop at a damaged segment: what it held is lost, the rest replays.
-            following = [s.base_offset for s in plog.segments if s.base_offset > offset]
-            log.error("internal topic replay skipped a damaged range", file=exc.path, position=exc.position,
-                      reason=exc.reason, from_offset=offset, resumed_at=following[0] if following else None)
-            if not following:
-                return
-            offset = following[0]
-            continue
-        if not data:
-            return
-        for h in iter_batch_headers(data):
-            for off, key, value in iter_records(memoryview(data)[h.position:h.position + h.size]):
-                if off >= offset and key is not None:
-                    yield off, key, value
-            offset = h.last_offset + 1
+    start = plog.log_start_offset
+    for data, h in replay_batches(plog, start, plog.high_watermark, what="internal topic"):
+        for off, key, value in iter_records(memoryview(data)[h.position:h.position + h.size]):
+            if off >= start and key is not None:
+                yield off, key, value
 
 
 async def append_records(broker: Any, partition: Any, records: list[tuple[bytes, bytes | None]]) -> int:

@@ -11,9 +11,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.replay import replay_batches
 from broker.structured_log import get_logger
-from protocol.record_batch import iter_batch_headers
-from storage import CorruptLogError, write_atomic
+from storage import write_atomic
 
 log = get_logger("sharebroker.producers")
 
@@ -146,25 +146,10 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
                 start = max(start, doc["offset"])
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("producer state snapshot unreadable, rebuilding from the log", path=str(path), error=str(exc))
-    offset = start
-    while offset < plog.log_end_offset:
-        try:
-            data = plog.read(offset, 4 << 20, min_one_batch=True).records
-        except CorruptLogError as exc:
-            # A damaged segment must not keep the broker from starting: skip to the next segment
-            # (idempotent producers writing there may see OUT_OF_ORDER_SEQUENCE_NUMBER once).
-            following = [s.base_offset for s in plog.segments if s.base_offset > offset]
-            log.error("producer state replay skipped a damaged range", file=exc.path, position=exc.position,
-                      reason=exc.reason, from_offset=offset, resumed_at=following[0] if following else None)
-            if not following:
-                break
-            offset = following[0]
-            continue
-        if not data:
-            break
-        for h in iter_batch_headers(data):
-            if h.producer_id >= 0 and h.last_offset >= offset:
-                producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                 h.base_offset, h.last_offset, h.max_timestamp)
-            offset = h.last_offset + 1
+    # A damaged range is skipped (idempotent producers writing there may see
+    # OUT_OF_ORDER_SEQUENCE_NUMBER once).
+    for _data, h in replay_batches(plog, start, plog.log_end_offset, what="producer state"):
+        if h.producer_id >= 0 and h.last_offset >= start:
+            producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                             h.base_offset, h.last_offset, h.max_timestamp)
     return producers
