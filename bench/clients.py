@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, Sh
 QUIET = {"log_level": 3}
 
 
-def _producer(bootstrap: str, failed: list[int] | None = None, **extra: Any) -> Producer:
+def make_producer(bootstrap: str, failed: list[int] | None = None, **extra: Any) -> Producer:
     """A producer tuned so the benchmark's own Python work stays out of the figures: delivery
     reports only for failures (counted into `failed`), so successful records cost no callback."""
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 1_000_000,
@@ -52,7 +52,7 @@ def produce_backlog(bootstrap: str, topic: str, n: int, size: int, partitions: i
     """Untimed set-up: write `n` records of `size` bytes round-robin over the partitions."""
     try:
         failed = [0]
-        p = _producer(bootstrap, failed, **{"linger.ms": 20, "batch.num.messages": 10000, "batch.size": 1_000_000,
+        p = make_producer(bootstrap, failed, **{"linger.ms": 20, "batch.num.messages": 10000, "batch.size": 1_000_000,
                                             "acks": 1})
         t0 = time.perf_counter()
         _produce_loop(p, topic, n, b"x" * size, partitions)
@@ -70,7 +70,7 @@ def produce_timed(bootstrap: str, topic: str, n: int, size: int, out) -> None:
     """Workload 3: acks=all, linger 5 ms; timed from the first produce() to the end of flush()."""
     try:
         failed = [0]
-        p = _producer(bootstrap, failed, **{"acks": "all", "linger.ms": 5})
+        p = make_producer(bootstrap, failed, **{"acks": "all", "linger.ms": 5})
         p.list_topics(topic, timeout=10)  # metadata fetched before the clock starts
         payload = os.urandom(size)
         t0 = time.perf_counter()
@@ -161,7 +161,7 @@ def live_producer(bootstrap: str, topic: str, rate: int, warmup_s: float, measur
     """Workload 2: paced producer; the value carries its sequence number and send time (taken at
     produce(), so the figure includes the producer's linger)."""
     try:
-        p = _producer(bootstrap, **{"linger.ms": linger_ms, "acks": 1})
+        p = make_producer(bootstrap, **{"linger.ms": linger_ms, "acks": 1})
         p.list_topics(topic, timeout=10)
         pad = b"x" * (size - LIVE_HEADER.size)
         total = int(rate * (warmup_s + measure_s))

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka import ShareConsumer
 
 from bench import clients
 from bench.clients import QUIET
@@ -33,14 +33,7 @@ def produce_jobs(bootstrap: str, n: int, out) -> None:
     """Untimed set-up: n jobs, each its own batch (linger.ms=0, batch.num.messages=1)."""
     try:
         failed = [0]
-
-        def on_delivery(err, _msg) -> None:
-            if err is not None:
-                failed[0] += 1
-
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "acks": 1,
-                      "queue.buffering.max.messages": 1_000_000, "delivery.report.only.error": True,
-                      "on_delivery": on_delivery, **QUIET})
+        p = clients.make_producer(bootstrap, failed, **{"linger.ms": 0, "batch.num.messages": 1, "acks": 1})
         for i in range(n):
             while True:
                 try:

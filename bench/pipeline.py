@@ -17,32 +17,19 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import multiprocessing
+import queue
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from bench.clients import QUIET
+from bench.clients import QUIET, produce_backlog
 from bench.run import FreshBroker, create_topic
 
 TOPIC, LIVE_TOPIC, PARTITIONS = "export", "live", 4
-
-
-def produce(bootstrap: str, topic: str, n: int) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "acks": 1,
-                  "queue.buffering.max.messages": 1_000_000, "compression.type": "none", **QUIET})
-    payload = b"x" * 100
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, payload, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                p.poll(0.01)
-    assert p.flush(120) == 0
 
 
 def plain_consumer(bootstrap: str, n: int) -> float:
@@ -140,7 +127,11 @@ def main() -> None:
         create_topic(broker.bootstrap, TOPIC, PARTITIONS)
         create_topic(broker.bootstrap, LIVE_TOPIC, PARTITIONS)
         t = time.perf_counter()
-        produce(broker.bootstrap, TOPIC, args.records)
+        done: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        produce_backlog(broker.bootstrap, TOPIC, args.records, 100, PARTITIONS, done)
+        result = done.get()
+        if "error" in result:
+            raise SystemExit(result["error"])
         print(f"produced {args.records:,} records of 100 bytes in {time.perf_counter() - t:.1f} s")
 
         plain_s = plain_consumer(broker.bootstrap, args.records)

@@ -97,11 +97,11 @@ def split_segments(segments: Iterable[Segment]) -> SegmentsByKind:
                           [s for s in segs if s.topic == OFFSETS_TOPIC])
 
 
-def topic_names(data_dir: Path) -> dict[str, str]:
+def topic_names(data_dir: Path, segments: Iterable[Segment] | None = None) -> dict[str, str]:
     """Topic id (UUID string) -> name, from partition.metadata files and the broker's metadata file
     (read as JSON: TopicStore.load would create the file when it is missing)."""
     names: dict[str, str] = {}
-    for seg in list_segments(data_dir):
+    for seg in list_segments(data_dir) if segments is None else segments:
         if seg.topic_id:
             names[seg.topic_id] = seg.topic
     try:

@@ -177,8 +177,7 @@ def read_range(client: Mapping[str, str], group_id: str, rng: OffsetRange, *, in
                 raise TimeoutError(f"Cannot fetch record for offset {next_offset} of {rng.topic}-{rng.partition} "
                                    f"in {poll_timeout_ms} milliseconds (kafkaConsumer.pollTimeoutMs)")
             # Column by column in comprehensions: the per-record cost is the method calls alone.
-            errors = [err for m in messages if (err := m.error()) is not None]
-            if errors:
+            if any(m.error() is not None for m in messages):
                 for m in messages:
                     err = m.error()
                     if err is None:

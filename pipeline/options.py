@@ -84,7 +84,7 @@ def bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"Option '{name}' must be true or false, not {value!r}")
 
 
-def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+def positive_int_option(options: Mapping[str, str], name: str) -> int | None:
     value = _option(options, name)
     if value is None:
         return None
@@ -253,11 +253,11 @@ class SourceOptions:
             subscription=parse_subscription(options),
             starting=parse_offset_spec(options, "starting", streaming=streaming),
             ending=None if streaming else parse_offset_spec(options, "ending", streaming=False),
-            max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
-            min_partitions=_positive_int(options, "minPartitions"),
+            max_offsets_per_trigger=positive_int_option(options, "maxOffsetsPerTrigger"),
+            min_partitions=positive_int_option(options, "minPartitions"),
             fail_on_data_loss=bool_option(options, "failOnDataLoss", True),
             include_headers=bool_option(options, "includeHeaders", False),
-            poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
+            poll_timeout_ms=positive_int_option(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
             group_id=group_id,
         )
 

@@ -210,7 +210,7 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     output_dir.mkdir(parents=True, exist_ok=True)
     segments = list_segments(data_dir)
     kinds = split_segments(segments)
-    names = topic_names(data_dir)
+    names = topic_names(data_dir, segments)
     policies = group_start_policy(data_dir)
     starts = log_start_offsets(data_dir, segments)
     summary = ReportSummary(segments=len(segments))

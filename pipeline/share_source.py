@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StructType
 
 from pipeline.kafka_client import TIMESTAMP_TYPES, arrow_schema, header_structs, spark_schema
-from pipeline.options import OptionError, bool_option, client_settings
+from pipeline.options import OptionError, bool_option, client_settings, positive_int_option
 
 SPOOL_DIR = "sharegroup"
 DEFAULT_MAX_RECORDS = 10_000
@@ -73,21 +73,12 @@ class ShareOptions:
         if not checkpoint:
             raise OptionError("Option 'checkpointLocation' must be the query's checkpoint location: the source "
                               "spools each micro-batch there, so that a replayed batch reads the same records")
-
-        def positive(name: str, default: int | None) -> int | None:
-            value = opts.get(name.lower())
-            if value is None:
-                return default
-            if not value.isdigit() or int(value) <= 0:
-                raise OptionError(f"Option '{name}' must be a positive integer, not {value!r}")
-            return int(value)
-
         return cls(client=client, group_id=group, topics=topics, checkpoint=Path(checkpoint),
-                   max_records=positive("maxRecordsPerTrigger", DEFAULT_MAX_RECORDS) or DEFAULT_MAX_RECORDS,
-                   min_partitions=positive("minPartitions", None),
+                   max_records=positive_int_option(options, "maxRecordsPerTrigger") or DEFAULT_MAX_RECORDS,
+                   min_partitions=positive_int_option(options, "minPartitions"),
                    include_headers=bool_option(options, "includeHeaders", False),
-                   poll_timeout_ms=positive("pollTimeoutMs", 1000) or 1000,
-                   lock_duration_ms=positive("lockDurationMs", None))
+                   poll_timeout_ms=positive_int_option(options, "pollTimeoutMs") or 1000,
+                   lock_duration_ms=positive_int_option(options, "lockDurationMs"))
 
 
 class ShareGroupDataSource(DataSource):
