@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set, so that every broker start (the
 # tests start many) skips compiling the sources: that alone is about 40% of start-up.
 bytecode: venv
-	$(PY) -m compileall -q broker protocol storage config pipeline bench tests > /dev/null
+	$(PY) -m compileall -q sharebroker/*.py broker protocol storage config pipeline bench tests > /dev/null
 
 run: venv bytecode
 	$(VENV)/bin/sharebroker serve --listeners $(LISTENERS) --data-dir $(DATA_DIR)
@@ -30,9 +30,9 @@ test: venv bytecode lint
 # function typed over the server, the settings and the Spark pipeline (settings in
 # pyproject.toml); part of `make test`, so CI enforces them.
 lint: venv
-	$(PY) -m ruff check --quiet broker protocol storage config pipeline bench tests
-	$(PY) -m mypy --strict --no-error-summary protocol storage
-	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --no-error-summary broker config pipeline
+	$(PY) -m ruff check --quiet sharebroker/*.py broker protocol storage config pipeline bench tests
+	$(PY) -m mypy --strict --no-error-summary -p sharebroker.protocol -p sharebroker.storage
+	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --no-error-summary -m sharebroker -p sharebroker.broker -p sharebroker.config -p sharebroker.pipeline
 
 bench: venv bytecode
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'

@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = ap.parse_args()
 
-    from pipeline.session import get_session
+    from sharebroker.pipeline.session import get_session
 
     with FreshBroker() as broker, tempfile.TemporaryDirectory(prefix="sharebroker-bench-pipeline-") as tmp:
         work = Path(tmp)

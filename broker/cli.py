@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.structured_log import configure_logging, get_logger
+from sharebroker.broker.structured_log import configure_logging, get_logger
 
 
 def _serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from config import BrokerConfig, ConfigError
+    from sharebroker.config import BrokerConfig, ConfigError
 
     configure_logging(args.log_format, args.log_level)
     log = get_logger("sharebroker")
@@ -62,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"sharebroker: cannot read configuration: {exc}", file=sys.stderr)
         return 2
 
-    from broker.server import run
+    from sharebroker.broker.server import run
 
     runner: Callable[..., object]
     try:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] != ["serve"]:
         # The tools import their wire client and codecs; `serve` skips them to start sooner.
-        from broker.tools import add_tool_parsers
+        from sharebroker.broker.tools import add_tool_parsers
 
         add_tool_parsers(sub)
     args = parser.parse_args(argv)

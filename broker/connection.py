@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import HANDLERS, CloseConnection, error_response
-from broker.frames import FrameEnd, FrameProtocol
-from broker.structured_log import get_logger
-from protocol.api_table import API_VERSIONS, api_name
-from protocol.codec import (
+from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
+from sharebroker.broker.frames import FrameEnd, FrameProtocol
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.api_table import API_VERSIONS, api_name
+from sharebroker.protocol.codec import (
     DecodedRequest,
     FrameError,
     UnsupportedVersion,
@@ -26,7 +26,7 @@ from protocol.codec import (
 )
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from sharebroker.broker.server import Broker
 
 log = get_logger("sharebroker.connection")
 _ids = itertools.count(1)
@@ -94,7 +94,7 @@ class Connection:
         except CloseConnection:
             return None
         except Exception as exc:  # a bug or a disk error must not take the connection down
-            from broker.apis import error_code_for
+            from sharebroker.broker.apis import error_code_for
 
             code, message = error_code_for(exc)
             fields = dict(conn=self.id, api=api_name(req.api_key), version=req.api_version,

@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from broker.structured_log import Repeats, get_logger
+from sharebroker.broker.structured_log import Repeats, get_logger
 
 log = get_logger("sharebroker.flusher")
 _failures = Repeats(10.0)  # a full disk fails every flush of a log: one line per log every 10 s

@@ -10,10 +10,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.flusher import now_ms
-from broker.replay import replay_batches
-from broker.structured_log import get_logger
-from protocol.record_batch import (
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.replay import replay_batches
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.record_batch import (
     encode_batch,
     iter_records,
     parse_batches,

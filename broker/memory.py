@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-from broker.structured_log import get_logger
+from sharebroker.broker.structured_log import get_logger
 
 log = get_logger("sharebroker.memory")
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.replay import replay_batches
-from broker.structured_log import get_logger
-from storage import write_atomic
+from sharebroker.broker.replay import replay_batches
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.storage import write_atomic
 
 log = get_logger("sharebroker.producers")
 

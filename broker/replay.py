@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from broker.structured_log import get_logger
-from protocol.record_batch import BatchHeader, iter_batch_headers
-from storage import CorruptLogError
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.record_batch import BatchHeader, iter_batch_headers
+from sharebroker.storage import CorruptLogError
 
 log = get_logger("sharebroker.replay")
 

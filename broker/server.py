@@ -12,20 +12,20 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from broker.connection import Connection
-from broker.flusher import Flusher, now_ms
-from broker.frames import FrameProtocol, RequestMemory
-from broker.groups.classic_coordinator import ClassicGroupCoordinator
-from broker.groups.coordinator import ShareGroupCoordinator
-from broker.groups.group_log import GroupLog
-from broker.memory import trim_heap, tune_allocator
-from broker.clock import LoopClock
-from storage.files import LogDirLock
-from broker.share.partitions import SharePartitions
-from broker.share_state.coordinator import ShareCoordinator
-from broker.structured_log import get_logger
-from broker.topics import Partition, Topics
-from config import BrokerConfig
+from sharebroker.broker.connection import Connection
+from sharebroker.broker.flusher import Flusher, now_ms
+from sharebroker.broker.frames import FrameProtocol, RequestMemory
+from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
+from sharebroker.broker.groups.coordinator import ShareGroupCoordinator
+from sharebroker.broker.groups.group_log import GroupLog
+from sharebroker.broker.memory import trim_heap, tune_allocator
+from sharebroker.broker.clock import LoopClock
+from sharebroker.storage.files import LogDirLock
+from sharebroker.broker.share.partitions import SharePartitions
+from sharebroker.broker.share_state.coordinator import ShareCoordinator
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.broker.topics import Partition, Topics
+from sharebroker.config import BrokerConfig
 
 log = get_logger("sharebroker.server")
 
@@ -234,7 +234,7 @@ class Broker:
     def alter_broker_configs(self, changes: list[tuple[str, int, str | None]], *, per_broker: bool,
                              incremental: bool, validate_only: bool) -> None:
         """Dynamic broker configs (this node's, or the cluster default), persisted with the metadata."""
-        from config import ConfigError
+        from sharebroker.config import ConfigError
 
         cfg = self.config
         mapping: dict[str, str | None] = {}
@@ -320,7 +320,7 @@ class Broker:
 
 
 async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
-    from broker.structured_log import install_loop_exception_handler
+    from sharebroker.broker.structured_log import install_loop_exception_handler
 
     # A task or future that fails with nobody awaiting it is one structured line, not asyncio's
     # multi-line "Task exception was never retrieved".

@@ -12,10 +12,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.producers import PartitionProducers, load_producers, save_snapshot
-from broker.structured_log import get_logger
-from config import BrokerConfig, ConfigError, TopicConfig, topic_config
-from storage import LogConfig, LogManager, PartitionLog, TopicStore
+from sharebroker.broker.producers import PartitionProducers, load_producers, save_snapshot
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.config import BrokerConfig, ConfigError, TopicConfig, topic_config
+from sharebroker.storage import LogConfig, LogManager, PartitionLog, TopicStore
 
 log = get_logger("sharebroker.topics")
 

@@ -1,7 +1,7 @@
 """sharebroker settings: one table of Kafka-named settings, loaded from file, environment and flags."""
 
-from config.properties import env_to_config_name, parse_properties
-from config.settings import (
+from sharebroker.config.properties import env_to_config_name, parse_properties
+from sharebroker.config.settings import (
     BROKER_CONFIGS,
     GROUP_CONFIGS,
     TOPIC_CONFIGS,

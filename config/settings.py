@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from config.properties import PropertiesError, kafka_env, load_properties
+from sharebroker.config.properties import PropertiesError, kafka_env, load_properties
 
 __all__ = [
     "BROKER_CONFIGS",

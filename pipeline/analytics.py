@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.groups.classic_records import OFFSET_COMMIT, decode_key, decode_offset_commit_value
-from broker.share_state.records import decode_record
-from broker.share_state.store import SNAPSHOT, UPDATE, ShareStateStore, SnapshotValue, StateBatch, StateRecord, UpdateValue
-from protocol.record_batch import BatchHeader, batch_crc, decode_records, iter_batch_headers
-from storage.files import CheckpointError, read_offset_checkpoint
-from storage.log_manager import LOG_START_OFFSET_CHECKPOINT, read_partition_metadata
-from storage.topics import METADATA_FILE
+from sharebroker.broker.groups.classic_records import OFFSET_COMMIT, decode_key, decode_offset_commit_value
+from sharebroker.broker.share_state.records import decode_record
+from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, ShareStateStore, SnapshotValue, StateBatch, StateRecord, UpdateValue
+from sharebroker.protocol.record_batch import BatchHeader, batch_crc, decode_records, iter_batch_headers
+from sharebroker.storage.files import CheckpointError, read_offset_checkpoint
+from sharebroker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT, read_partition_metadata
+from sharebroker.storage.topics import METADATA_FILE
 
 # The broker's names (broker/share_state/coordinator.py STATE_TOPIC, broker/groups/group_log.py
 # OFFSETS_TOPIC, broker/groups/coordinator.py GROUP_CONFIGS_FILE), spelled out: importing those

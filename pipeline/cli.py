@@ -81,7 +81,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 def _session(args: argparse.Namespace, name: str) -> SparkSession:
-    from pipeline.session import get_session
+    from sharebroker.pipeline.session import get_session
 
     _say("starting Spark")
     started = time.monotonic()
@@ -234,7 +234,7 @@ def run_report(args: argparse.Namespace) -> int:
     if not args.data_dir.is_dir():
         _say(f"{args.data_dir} is not a directory")
         return 2
-    from pipeline.report import run_report as report
+    from sharebroker.pipeline.report import run_report as report
 
     spark = _session(args, "report")
     try:

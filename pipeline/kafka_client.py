@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka._types import HeadersType
 from confluent_kafka.admin import AdminClient, OffsetSpec as KafkaOffsetSpec
 
-from pipeline.options import EARLIEST, LATEST, OffsetRange, Offsets, OffsetSpec, OptionError, Subscription, TopicPartition
+from sharebroker.pipeline.options import EARLIEST, LATEST, OffsetRange, Offsets, OffsetSpec, OptionError, Subscription, TopicPartition
 
 ROWS_PER_BATCH = 10_000  # Arrow batches handed to Spark (Spark's own cap is 10,000 rows)
 _HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

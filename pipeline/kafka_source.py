@@ -23,8 +23,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from pipeline.kafka_client import Planner, data_loss, read_range, spark_schema
-from pipeline.options import (
+from sharebroker.pipeline.kafka_client import Planner, data_loss, read_range, spark_schema
+from sharebroker.pipeline.options import (
     EARLIEST,
     OffsetRange,
     Offsets,
@@ -61,11 +61,11 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from pipeline.sink import KafkaBatchWriter, SinkOptions
+        from sharebroker.pipeline.sink import KafkaBatchWriter, SinkOptions
         return KafkaBatchWriter(SinkOptions.parse(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from pipeline.sink import KafkaStreamWriter, SinkOptions
+        from sharebroker.pipeline.sink import KafkaStreamWriter, SinkOptions
         return KafkaStreamWriter(SinkOptions.parse(self.options, schema))
 
 

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline.analytics import (
+from sharebroker.pipeline.analytics import (
     BATCH_FIELDS,
     INTERNAL_TOPICS,
     OFFSET_COLUMNS,

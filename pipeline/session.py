@@ -19,8 +19,8 @@ DEFAULT_MASTER = "local[*]"
 def register(spark: SparkSession) -> None:
     """Register `sharebroker` (offset-range source and sink) and `sharegroup` (share-group
     streaming source) with a session."""
-    from pipeline.kafka_source import KafkaDataSource
-    from pipeline.share_source import ShareGroupDataSource
+    from sharebroker.pipeline.kafka_source import KafkaDataSource
+    from sharebroker.pipeline.share_source import ShareGroupDataSource
 
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(ShareGroupDataSource)

@@ -33,8 +33,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from pipeline.kafka_client import TIMESTAMP_TYPES, arrow_schema, header_structs, spark_schema
-from pipeline.options import OptionError, bool_option, client_settings, positive_int_option
+from sharebroker.pipeline.kafka_client import TIMESTAMP_TYPES, arrow_schema, header_structs, spark_schema
+from sharebroker.pipeline.options import OptionError, bool_option, client_settings, positive_int_option
 
 SPOOL_DIR = "sharegroup"
 DEFAULT_MAX_RECORDS = 10_000
@@ -163,7 +163,7 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         start offset has passed today's log end on every partition (an empty poll alone proves
         nothing: a member that just joined has no assignment yet, and other members may hold
         records that come back when their locks expire)."""
-        from pipeline.kafka_client import Planner
+        from sharebroker.pipeline.kafka_client import Planner
 
         planner = Planner(self.opts.client)
         counts = planner.partition_counts()
@@ -315,7 +315,7 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 def share_group_start_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's share-partition start offsets (DescribeShareGroupOffsets); -1 where a partition
     is not initialized."""
-    from broker.tools.wire import Client, KafkaApiError, code_of
+    from sharebroker.broker.tools.wire import Client, KafkaApiError, code_of
 
     with Client(bootstrap, timeout_ms=10_000, client_id="sharebroker-pipeline") as client:
         _node, conn = client.coordinator_conn(group)

@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from pipeline.options import OptionError, client_settings
+from sharebroker.pipeline.options import OptionError, client_settings
 
 _FLUSH_TIMEOUT_S = 120.0
 

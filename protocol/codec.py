@@ -23,9 +23,9 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from protocol.bounds import MalformedLengths, check_body, check_header
-from protocol.api_table import is_supported
-from protocol.produce_request import decode_produce_body
+from sharebroker.protocol.bounds import MalformedLengths, check_body, check_header
+from sharebroker.protocol.api_table import is_supported
+from sharebroker.protocol.produce_request import decode_produce_body
 
 _HEADER_PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from protocol.primitives import Reader
+from sharebroker.protocol.primitives import Reader
 
 __all__ = ["ProducePartitionData", "ProduceRequestBody", "ProduceTopicData", "decode_produce_body"]
 

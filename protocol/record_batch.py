@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.crc import crc32c
+from sharebroker.protocol.crc import crc32c
 
 BufferLike = bytes | bytearray | memoryview | mmap.mmap  # what the header readers accept
 

@@ -5,9 +5,9 @@ Storage knows record-batch headers only (protocol.record_batch); it never import
 sockets, kio or config. Settings arrive as a LogConfig of plain values.
 """
 
-from storage.files import CheckpointError, fsync_dir, write_atomic
-from storage.log_config import LogConfig
-from storage.log_manager import (
+from sharebroker.storage.files import CheckpointError, fsync_dir, write_atomic
+from sharebroker.storage.log_config import LogConfig
+from sharebroker.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -19,15 +19,15 @@ from storage.log_manager import (
     topic_id_from_base64,
     write_partition_metadata,
 )
-from storage.partition_log import (
+from sharebroker.storage.partition_log import (
     AppendResult,
     LogClosedError,
     OffsetOutOfRange,
     PartitionLog,
     ReadResult,
 )
-from storage.segment import CorruptLogError, LogSegment
-from storage.topics import (
+from sharebroker.storage.segment import CorruptLogError, LogSegment
+from sharebroker.storage.topics import (
     METADATA_FILE,
     MetadataError,
     TopicMeta,

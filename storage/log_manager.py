@@ -23,15 +23,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from storage.files import (
+from sharebroker.storage.files import (
     CheckpointError,
     fsync_dir,
     read_offset_checkpoint,
     write_atomic,
     write_offset_checkpoint,
 )
-from storage.log_config import LogConfig
-from storage.partition_log import PartitionLog
+from sharebroker.storage.log_config import LogConfig
+from sharebroker.storage.partition_log import PartitionLog
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"

@@ -18,15 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.record_batch import (
+from sharebroker.protocol.record_batch import (
     BatchHeader,
     InvalidRecordError,
     assign_offsets,
     record_timestamps,
 )
-from storage.files import fsync_dir
-from storage.log_config import LogConfig
-from storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name
+from sharebroker.storage.files import fsync_dir
+from sharebroker.storage.log_config import LogConfig
+from sharebroker.storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name
 
 _INT32_MAX = 0x7FFFFFFF
 _SCRATCH_SUFFIXES = (".deleted", ".tmp", ".cleaned", ".swap")

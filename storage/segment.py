@@ -20,9 +20,9 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from protocol.crc import crc32c
+from sharebroker.protocol.crc import crc32c
 
-from protocol.record_batch import (
+from sharebroker.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
@@ -30,8 +30,8 @@ from protocol.record_batch import (
     BatchHeader,
     read_header,
 )
-from storage.files import write_all
-from storage.log_config import LogConfig
+from sharebroker.storage.files import write_all
+from sharebroker.storage.log_config import LogConfig
 
 INDEX_ENTRY = 8
 TIME_INDEX_ENTRY = 12

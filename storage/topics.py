@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from storage.files import write_atomic
+from sharebroker.storage.files import write_atomic
 
 METADATA_FILE = "sharebroker-metadata.json"
 _FORMAT_VERSION = 1

@@ -12,8 +12,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from protocol.api_table import API_VERSIONS
-from protocol.codec import DecodedRequest, build, has_field, response_class
+from sharebroker.protocol.api_table import API_VERSIONS
+from sharebroker.protocol.codec import DecodedRequest, build, has_field, response_class
 
 
 class CloseConnection(Exception):

@@ -6,9 +6,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from protocol.api_table import API_VERSIONS
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.protocol.api_table import API_VERSIONS
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 
 @api(18)

@@ -8,15 +8,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.structured_log import get_logger
-from config import (
+from sharebroker.broker.apis import api
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.config import (
     ConfigError,
     describe_broker_configs,
     describe_topic_configs,
     validate_topic_overrides,
 )
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.configs")
 
@@ -87,7 +87,7 @@ def _new_topic_overrides(current: dict[str, str], changes: list[tuple[str, int, 
     if not incremental:
         return {name: value for name, _, value in changes if value is not None}
     result = dict(current)
-    from config import TOPIC_CONFIGS
+    from sharebroker.config import TOPIC_CONFIGS
     for name, op, value in changes:
         if op == SET:
             if value is None:

@@ -6,9 +6,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.structured_log import get_logger
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.groups")
 

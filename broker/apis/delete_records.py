@@ -6,10 +6,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.structured_log import get_logger
-from protocol.codec import DecodedRequest, build, response_class
-from storage import OffsetOutOfRange
+from sharebroker.broker.apis import api
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.storage import OffsetOutOfRange
 
 log = get_logger("sharebroker.admin")
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.apis.metadata import CLUSTER_OPERATIONS, INT32_MIN
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.apis.metadata import CLUSTER_OPERATIONS, INT32_MIN
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 
 @api(60)

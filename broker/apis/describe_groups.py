@@ -7,10 +7,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.groups.classic_coordinator import member_rows
-from broker.groups.classic_group import STABLE
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.groups.classic_coordinator import member_rows
+from sharebroker.broker.groups.classic_group import STABLE
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 INT32_MIN = -(2**31)
 # READ 3, DELETE 6, DESCRIBE 8 on a GROUP resource

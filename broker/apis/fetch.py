@@ -10,10 +10,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api, error_code_for
-from broker.structured_log import Repeats, get_logger
-from protocol.codec import DecodedRequest, build, response_class
-from storage import CorruptLogError, OffsetOutOfRange
+from sharebroker.broker.apis import api, error_code_for
+from sharebroker.broker.structured_log import Repeats, get_logger
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.storage import CorruptLogError, OffsetOutOfRange
 
 log = get_logger("sharebroker.fetch")
 _READ_COMMITTED = 1

@@ -9,8 +9,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 _SHARE_KEY = re.compile(r"^(.+):([^:]+):(-?\d+)$")

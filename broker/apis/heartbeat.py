@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.apis import api
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 
 @api(12)

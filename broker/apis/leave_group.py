@@ -7,8 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 
 @api(13)

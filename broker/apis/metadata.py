@@ -7,11 +7,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api, error_code_for
-from broker.apis.topics_admin import auto_create
-from broker.structured_log import get_logger
-from broker.topics import Topic
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api, error_code_for
+from sharebroker.broker.apis.topics_admin import auto_create
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.broker.topics import Topic
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.metadata")
 INT32_MIN = -(2**31)

@@ -9,12 +9,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import CloseConnection, api, error_code_for
-from broker.flusher import now_ms
-from broker.producers import SequenceError
-from broker.structured_log import Repeats, get_logger
-from protocol.codec import DecodedRequest, build, response_class
-from protocol.record_batch import InvalidRecordError, parse_produce_records
+from sharebroker.broker.apis import CloseConnection, api, error_code_for
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.producers import SequenceError
+from sharebroker.broker.structured_log import Repeats, get_logger
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.record_batch import InvalidRecordError, parse_produce_records
 
 log = get_logger("sharebroker.produce")
 # A producer retries a refused write every retry.backoff.ms: one line per partition and cause

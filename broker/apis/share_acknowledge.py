@@ -7,8 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.apis.share_common import (
+from sharebroker.broker.apis import api
+from sharebroker.broker.apis.share_common import (
     RequestError,
     apply_acknowledgements,
     check_ids,
@@ -16,9 +16,9 @@ from broker.apis.share_common import (
     merge_topics,
     resolve_partition,
 )
-from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
-from broker.structured_log import get_logger
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.share")
 

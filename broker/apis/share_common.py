@@ -7,8 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.share.leader import LeaderError
-from broker.share.partition import validate_acknowledgement_batches
+from sharebroker.broker.share.leader import LeaderError
+from sharebroker.broker.share.partition import validate_acknowledgement_batches
 
 MAX_MEMBER_ID_LENGTH = 36
 

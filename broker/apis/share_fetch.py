@@ -9,8 +9,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.apis.share_common import (
+from sharebroker.broker.apis import api
+from sharebroker.broker.apis.share_common import (
     RequestError,
     apply_acknowledgements,
     bind_to_connection,
@@ -19,12 +19,12 @@ from broker.apis.share_common import (
     merge_topics,
     resolve_partition,
 )
-from broker.share.leader import LeaderError
-from broker.share.partition import AcquireMode
-from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
-from broker.structured_log import get_logger
-from protocol.codec import DecodedRequest, build, response_class
-from protocol.share_fetch_response import encode_share_fetch_response
+from sharebroker.broker.share.leader import LeaderError
+from sharebroker.broker.share.partition import AcquireMode
+from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.share_fetch_response import encode_share_fetch_response
 
 log = get_logger("sharebroker.share")
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 INT32_MIN = -(2**31)
 # READ 3, DELETE 6, DESCRIBE 8 on a GROUP resource

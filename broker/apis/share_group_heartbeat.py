@@ -7,10 +7,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.groups.share_group import HeartbeatError
-from broker.structured_log import get_logger
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.groups.share_group import HeartbeatError
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.groups")
 

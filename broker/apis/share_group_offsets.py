@@ -7,9 +7,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.groups.share_group import HeartbeatError
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.groups.share_group import HeartbeatError
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 
 @api(90)

@@ -10,9 +10,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.share_state.store import PersisterError, StateBatch
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.share_state.store import PersisterError, StateBatch
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 
 async def _per_partition(broker: Any, req: DecodedRequest,

@@ -7,9 +7,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.groups.classic_group import SyncResult
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.groups.classic_group import SyncResult
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 
 @api(14)

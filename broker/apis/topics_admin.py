@@ -8,12 +8,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import api
-from broker.flusher import now_ms
-from broker.structured_log import get_logger
-from broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
-from config import ConfigError, describe_topic_configs, validate_topic_overrides
-from protocol.codec import DecodedRequest, build, response_class
+from sharebroker.broker.apis import api
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
+from sharebroker.config import ConfigError, describe_topic_configs, validate_topic_overrides
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.admin")
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.flusher import now_ms
-from broker.groups import classic_records as crec
-from broker.groups.classic_group import (
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.groups import classic_records as crec
+from sharebroker.broker.groups.classic_group import (
     DEAD,
     EMPTY,
     STABLE,
@@ -27,7 +27,7 @@ from broker.groups.classic_group import (
     MetadataWrite,
     SyncResult,
 )
-from broker.structured_log import get_logger
+from sharebroker.broker.structured_log import get_logger
 
 log = get_logger("sharebroker.groups")
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.classic_records import (
+from sharebroker.broker.groups.classic_records import (
     CommittedOffset,
     GroupSnapshot,
     MemberSnapshot,

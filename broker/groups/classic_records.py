@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from protocol.primitives import Reader, Writer
+from sharebroker.protocol.primitives import Reader, Writer
 
 OFFSET_COMMIT_KEYS = (0, 1)
 OFFSET_COMMIT, GROUP_METADATA = 1, 2

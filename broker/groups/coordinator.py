@@ -14,19 +14,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups import records as grec
-from broker.groups.share_group import (
+from sharebroker.broker.groups import records as grec
+from sharebroker.broker.groups.share_group import (
     HeartbeatError,
     ShareGroup,
     ShareMember,
     TopicInfo,
     validate_heartbeat,
 )
-from broker.share.partition import ShareLimits
-from broker.share_state.store import PersisterError
-from broker.structured_log import get_logger
-from config import ConfigError, GroupConfig, group_config, validate_group_configs
-from storage import write_atomic
+from sharebroker.broker.share.partition import ShareLimits
+from sharebroker.broker.share_state.store import PersisterError
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.config import ConfigError, GroupConfig, group_config, validate_group_configs
+from sharebroker.storage import write_atomic
 
 log = get_logger("sharebroker.groups")
 
@@ -292,7 +292,7 @@ class ShareGroupCoordinator:
                 await self.persist(group)
 
     def describe_configs(self, group_id: str) -> list[Any]:
-        from config import describe_group_configs
+        from sharebroker.config import describe_group_configs
         return describe_group_configs(self.broker.config, self.configs.get(group_id, {}))
 
     def alter_configs(self, group_id: str, changes: list[tuple[str, int, str | None]], *, validate_only: bool,

@@ -13,9 +13,9 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from broker.groups.records import offsets_partition
-from broker.internal_topics import append_records, ensure_topic, read_records
-from broker.structured_log import get_logger
+from sharebroker.broker.groups.records import offsets_partition
+from sharebroker.broker.internal_topics import append_records, ensure_topic, read_records
+from sharebroker.broker.structured_log import get_logger
 
 log = get_logger("sharebroker.groups")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from protocol.primitives import Reader, Writer
+from sharebroker.protocol.primitives import Reader, Writer
 
 MEMBER_METADATA, GROUP_METADATA, MEMBER_ASSIGNMENT, STATE_PARTITIONS = 10, 11, 14, 15
 
@@ -126,5 +126,5 @@ def decode(key: bytes, value: bytes | None) -> tuple[int, list[str], dict[str, A
 
 
 def offsets_partition(group_id: str, num_partitions: int) -> int:
-    from broker.share_state.records import java_string_hash
+    from sharebroker.broker.share_state.records import java_string_hash
     return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions

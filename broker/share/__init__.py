@@ -1,6 +1,6 @@
 """Share-partition leader: the pure in-flight state machine (partition.py, inflight.py)."""
 
-from broker.share.partition import (
+from sharebroker.broker.share.partition import (
     INVALID_RECORD_STATE,
     INVALID_REQUEST,
     AcknowledgeType,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.clock import Clock, TimerHandle
-from broker.share.partition import (
+from sharebroker.broker.clock import Clock, TimerHandle
+from sharebroker.broker.share.partition import (
     AcquiredRange,
     AcquireMode,
     LogBatch,
@@ -23,14 +23,14 @@ from broker.share.partition import (
     SharePartition,
     StateWrite,
 )
-from broker.share_state.persister import Persister
-from broker.share_state.store import PersisterError, StateBatch
-from broker.structured_log import get_logger
-from protocol.record_batch import iter_batch_headers
-from storage import OffsetOutOfRange
+from sharebroker.broker.share_state.persister import Persister
+from sharebroker.broker.share_state.store import PersisterError, StateBatch
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.record_batch import iter_batch_headers
+from sharebroker.storage import OffsetOutOfRange
 
 if TYPE_CHECKING:
-    from broker.topics import Partition
+    from sharebroker.broker.topics import Partition
 
 log = get_logger("sharebroker.share")
 

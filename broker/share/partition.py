@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from broker.share.inflight import TERMINAL_STATES, InFlightMap, Piece, RecordState, Txn
+from sharebroker.broker.share.inflight import TERMINAL_STATES, InFlightMap, Piece, RecordState, Txn
 
 __all__ = [
     "INVALID_RECORD_STATE",

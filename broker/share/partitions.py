@@ -7,12 +7,12 @@ import asyncio
 import uuid
 from typing import Any
 
-from broker.clock import Clock
-from broker.share.leader import OffsetReset, SharePartitionLeader
-from broker.share.partition import ShareLimits
-from broker.share_state.persister import Persister
-from broker.share.sessions import ShareSession, ShareSessionCache
-from broker.structured_log import get_logger
+from sharebroker.broker.clock import Clock
+from sharebroker.broker.share.leader import OffsetReset, SharePartitionLeader
+from sharebroker.broker.share.partition import ShareLimits
+from sharebroker.broker.share_state.persister import Persister
+from sharebroker.broker.share.sessions import ShareSession, ShareSessionCache
+from sharebroker.broker.structured_log import get_logger
 
 log = get_logger("sharebroker.share")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.flusher import now_ms
-from broker.internal_topics import append_records, ensure_topic, read_records
-from broker.share_state import records as rec
-from broker.share_state.store import (
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.internal_topics import append_records, ensure_topic, read_records
+from sharebroker.broker.share_state import records as rec
+from sharebroker.broker.share_state.store import (
     Key,
     PersisterError,
     ReadResult,
@@ -33,7 +33,7 @@ from broker.share_state.store import (
     StateRecord,
     Summary,
 )
-from broker.structured_log import get_logger
+from sharebroker.broker.structured_log import get_logger
 
 log = get_logger("sharebroker.share_state")
 

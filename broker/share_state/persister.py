@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Protocol
 
-from broker.share_state.store import ReadResult, StateBatch, Summary
+from sharebroker.broker.share_state.store import ReadResult, StateBatch, Summary
 
 
 class Persister(Protocol):

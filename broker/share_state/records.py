@@ -9,8 +9,8 @@ import functools
 import struct
 import uuid
 
-from broker.share_state.store import SNAPSHOT, UPDATE, SnapshotValue, StateBatch, StateRecord, UpdateValue
-from protocol.primitives import Reader, Writer
+from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, SnapshotValue, StateBatch, StateRecord, UpdateValue
+from sharebroker.protocol.primitives import Reader, Writer
 
 __all__ = ["SNAPSHOT", "UPDATE", "decode_record", "encode_record", "state_partition"]
 

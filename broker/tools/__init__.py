@@ -12,7 +12,7 @@ import argparse
 
 def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     """Add every tool's subcommand to the `sharebroker` parser."""
-    from broker.tools import console, consumer_groups, share_groups, topics, verify
+    from sharebroker.broker.tools import console, consumer_groups, share_groups, topics, verify
 
     topics.add_parser(sub)
     share_groups.add_parser(sub)
@@ -20,6 +20,6 @@ def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     console.add_parsers(sub)
     verify.add_parser(sub)
 
-    from pipeline.cli import add_parser as add_pipeline_parser
+    from sharebroker.pipeline.cli import add_parser as add_pipeline_parser
 
     add_pipeline_parser(sub)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.record_batch import (
+from sharebroker.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     decode_records,

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from protocol.crc import crc32c
-from protocol.record_batch import (
+from sharebroker.protocol.crc import crc32c
+from sharebroker.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 
-from protocol.codec import build
+from sharebroker.protocol.codec import build
 
 _SIZE = struct.Struct(">i")
 

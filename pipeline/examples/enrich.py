@@ -4,7 +4,7 @@ Parquet. Settings from the environment, so the same file runs on local[*] agains
 under spark-submit against an Apache Kafka cluster:
 
     BOOTSTRAP=127.0.0.1:9092 CHECKPOINT=/tmp/enrich/checkpoint OUT=/tmp/enrich/parquet \\
-        python -m pipeline.examples.enrich
+        python -m sharebroker.pipeline.examples.enrich
 
 The share-group source is at-least-once: a failed micro-batch is replayed and its records are also
 delivered again. Duplicates carry the same (topic, partition, offset); drop them within a batch
@@ -17,7 +17,7 @@ import os
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.session import get_session
+from sharebroker.pipeline.session import get_session
 
 BOOTSTRAP = os.environ.get("BOOTSTRAP", "127.0.0.1:9092")
 CHECKPOINT = os.environ.get("CHECKPOINT", "/tmp/enrich/checkpoint")

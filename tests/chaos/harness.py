@@ -470,7 +470,7 @@ def share_state(bootstrap: str, partitions: int) -> tuple[set[Key], set[Key]]:
     or update holds in that state, and everything below the highest start offset persisted
     (counted as acknowledged: an acknowledgement that completes the prefix is persisted as the
     start offset it moves to, as Kafka does)."""
-    from broker.share_state import records as staterec
+    from sharebroker.broker.share_state import records as staterec
 
     tid = topic_id(bootstrap, TOPIC)
     acked: set[Key] = set()

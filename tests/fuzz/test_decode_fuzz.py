@@ -11,8 +11,8 @@ import resource
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.codec import FrameError, decode_request
-from protocol.record_batch import encode_batch
+from sharebroker.protocol.codec import FrameError, decode_request
+from sharebroker.protocol.record_batch import encode_batch
 from tests.integration import rawkafka as rk
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))

@@ -10,11 +10,11 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.groups import records as grec
-from broker.share_state import records as srec
-from broker.share_state.store import SnapshotValue, StateBatch, StateRecord, UpdateValue
-from protocol.produce_request import decode_produce_body
-from protocol.record_batch import encode_batch, parse_batches
+from sharebroker.broker.groups import records as grec
+from sharebroker.broker.share_state import records as srec
+from sharebroker.broker.share_state.store import SnapshotValue, StateBatch, StateRecord, UpdateValue
+from sharebroker.protocol.produce_request import decode_produce_body
+from sharebroker.protocol.record_batch import encode_batch, parse_batches
 from tests.fuzz.test_decode_fuzz import mutated as _mutated_request
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000")) // 3
@@ -83,8 +83,8 @@ def test_in_place_produce_decoder(frame):
     version = int.from_bytes(frame[2:4], "big")
     if not 3 <= version <= 13:
         return
-    from protocol.bounds import MalformedLengths, check_body, check_header
-    from protocol.codec import request_class
+    from sharebroker.protocol.bounds import MalformedLengths, check_body, check_header
+    from sharebroker.protocol.codec import request_class
     view = memoryview(bytearray(frame))
     cls = request_class(0, version)
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -39,10 +38,8 @@ CLI_BROKER = {**FAST_SHARE_BROKER, "group.initial.rebalance.delay.ms": "0"}
 
 
 def cli(*args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "broker", *args], check=False, input=input, capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "sharebroker", *args], check=False, input=input, capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout)
 
 
 def ok(r: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -265,10 +262,9 @@ def test_consume_from_latest_sees_only_new_records_and_stops_on_idle_timeout(bro
     b = broker.bootstrap
     create_topic(b, topic_name)
     produce_lines(b, topic_name, ["old"])
-    proc = subprocess.Popen([sys.executable, "-m", "broker", "consume", "--bootstrap-server", b, "--topic", topic_name,
+    proc = subprocess.Popen([sys.executable, "-m", "sharebroker", "consume", "--bootstrap-server", b, "--topic", topic_name,
                              "--max-messages", "1", "--timeout-ms", "15000", "--property", "print.offset=true"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # The consumer's start position is the end of the log once it has fetched; keep producing
         # until it prints something, then check it printed a new record, not the old one.
@@ -379,9 +375,9 @@ def test_share_consume_stops_cleanly_on_sigterm(make_broker, topic_name):
     group = new_group()
     set_earliest(b, group)
     produce_lines(b, topic_name, [f"s{i}" for i in range(5)])
-    proc = subprocess.Popen([sys.executable, "-m", "broker", "share-consume", "--bootstrap-server", b, "--topic",
+    proc = subprocess.Popen([sys.executable, "-m", "sharebroker", "share-consume", "--bootstrap-server", b, "--topic",
                              topic_name, "--group", group], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

@@ -25,7 +25,7 @@ def test_second_broker_on_a_directory_in_use_refuses_to_start_and_touches_nothin
     before = _files(data_dir)
     assert any(name.endswith(".timeindex") for name in before)
 
-    second = subprocess.run([sys.executable, "-m", "broker", "serve", "--data-dir", str(data_dir),
+    second = subprocess.run([sys.executable, "-m", "sharebroker", "serve", "--data-dir", str(data_dir),
                              "--listeners", "PLAINTEXT://127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert second.returncode != 0
     assert "Failed to acquire lock on file .lock" in second.stderr, second.stderr

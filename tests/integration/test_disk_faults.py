@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import create_topic, producer_conf
-from tests.support.broker_process import ROOT, BrokerProcess, wait_for
+from tests.support.broker_process import BrokerProcess, wait_for
 
 KAFKA_STORAGE_ERROR = 56
 CORRUPT_MESSAGE = 2
@@ -322,9 +322,9 @@ def test_a_failed_background_task_is_one_structured_log_line(tmp_path):
     script = textwrap.dedent(f"""
         import asyncio, gc, os, signal
         from pathlib import Path
-        from broker.structured_log import configure_logging
-        from broker.server import run
-        from config import BrokerConfig
+        from sharebroker.broker.structured_log import configure_logging
+        from sharebroker.broker.server import run
+        from sharebroker.config import BrokerConfig
 
         configure_logging("json")
         config = BrokerConfig.load(None, {{}}, {{"listeners": "PLAINTEXT://127.0.0.1:0",
@@ -351,8 +351,7 @@ def test_a_failed_background_task_is_one_structured_log_line(tmp_path):
 
         asyncio.run(main())
     """)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stderr.splitlines()

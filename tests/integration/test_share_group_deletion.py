@@ -7,7 +7,6 @@ broker subprocess; nothing sleeps, every wait is a condition with a deadline."""
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +30,8 @@ GROUP_CONFIG_SOURCE = 8  # ConfigSource GROUP_CONFIG
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "broker", *args], check=False, capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=60)
+    return subprocess.run([sys.executable, "-m", "sharebroker", *args], check=False, capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
 
 
 def ok(r: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -248,7 +248,6 @@ def test_fsync_mode_answers_a_produce_only_after_the_segment_fsync(tmp_path, top
     import sys
 
     from tests.integration import rawkafka as rk
-    from tests.support.broker_process import ROOT
 
     strace = shutil.which("strace")
     if strace is None:
@@ -258,13 +257,12 @@ def test_fsync_mode_answers_a_produce_only_after_the_segment_fsync(tmp_path, top
     data = tmp_path / "data"
     args = [strace, "-f", "-qq", "-yy", "-s", "0", "-o", str(trace), "-e",
             "trace=fsync,fdatasync,write,writev,pwrite64,sendto,sendmsg",
-            sys.executable, "-m", "broker", "serve", "--listeners", "PLAINTEXT://127.0.0.1:0",
+            sys.executable, "-m", "sharebroker", "serve", "--listeners", "PLAINTEXT://127.0.0.1:0",
             "--data-dir", str(data), "--ready-file", str(ready), "--log-format", "json", "--fsync"]
     if subprocess.run([strace, "--seccomp-bpf", "-qq", "-o", os.devnull, "true"], capture_output=True).returncode == 0:
         args.insert(1, "--seccomp-bpf")  # stop only on the traced calls: start-up stays fast
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     log = open(tmp_path / "broker.log", "wb")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     log.close()
     try:
         bootstrap = wait_for(lambda: ready.exists() and ready.read_text().strip(), timeout=60,

@@ -406,7 +406,7 @@ def acknowledged_in_state_log(bootstrap: str, group: str, tid: uuid.UUID, partit
     `__share_group_state` (read with Fetch) carries as ACKNOWLEDGED, or puts below its start
     offset (an acknowledgement that completes the prefix is persisted as the start offset it
     moves to, as Kafka does)."""
-    from broker.share_state import records as staterec  # Kafka's record formats
+    from sharebroker.broker.share_state import records as staterec  # Kafka's record formats
 
     out: set[int] = set()
     start = 0

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.spark
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
     os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    from pipeline.session import get_session
+    from sharebroker.pipeline.session import get_session
 
     session = get_session("local[2]", "sharebroker-tests", {
         "spark.sql.shuffle.partitions": "2",

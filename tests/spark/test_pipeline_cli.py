@@ -21,7 +21,7 @@ pytestmark = pytest.mark.spark
 
 def pipeline(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-    return subprocess.run([sys.executable, "-m", "broker", "pipeline", *args, "--master", "local[2]"],
+    return subprocess.run([sys.executable, "-m", "sharebroker", "pipeline", *args, "--master", "local[2]"],
                           capture_output=True, text=True, timeout=110, env=env)
 
 
@@ -87,7 +87,7 @@ def test_follow_export_survives_a_kill_9_and_resumes_from_its_checkpoint(spark, 
     for part in range(2):
         produce_values(broker.bootstrap, "cli-crash", [f"{part}-{i}".encode() for i in range(1000)], partition=part)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    args = [sys.executable, "-m", "broker", "pipeline", "export", "--bootstrap-server", broker.bootstrap,
+    args = [sys.executable, "-m", "sharebroker", "pipeline", "export", "--bootstrap-server", broker.bootstrap,
             "--topic", "cli-crash", "--output", str(out), "--follow", "--checkpoint", str(checkpoint),
             "--max-offsets-per-trigger", "200", "--trigger-seconds", "0.2", "--master", "local[2]"]
     env = {**os.environ, "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import AcknowledgeType, Consumer, TopicPartition
 
-from pipeline.analytics import ARCHIVED
-from pipeline.report import run_report
-from protocol.record_batch import GZIP, LZ4, ZSTD, encode_batch
+from sharebroker.pipeline.analytics import ARCHIVED
+from sharebroker.pipeline.report import run_report
+from sharebroker.protocol.record_batch import GZIP, LZ4, ZSTD, encode_batch
 from tests.integration.clients import create_topic
 from tests.integration.share_helpers import FAST_SHARE_BROKER, new_group, produce_values, set_earliest, share_consumer
 from tests.support.broker_process import BrokerProcess
@@ -177,7 +177,7 @@ def test_report_on_a_hand_written_dir_without_groups(spark, tmp_path):
 
 
 def test_preview_is_printable_and_cut():
-    from pipeline.report import PREVIEW_BYTES, preview
+    from sharebroker.pipeline.report import PREVIEW_BYTES, preview
 
     assert preview(None) == "null" and preview(b"ab|c\\`") == "ab|c\\x5c\\x60"
     assert preview(b"\x00\xffA") == "\\x00\\xffA"

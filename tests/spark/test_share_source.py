@@ -128,7 +128,7 @@ def test_the_readme_example_pipeline(spark, sbroker, tmp_path, monkeypatch):
     monkeypatch.setenv("CHECKPOINT", str(tmp_path / "checkpoint"))
     monkeypatch.setenv("OUT", str(tmp_path / "parquet"))
     monkeypatch.setenv("TRIGGER", "availableNow")
-    import pipeline.examples.enrich as example
+    import sharebroker.pipeline.examples.enrich as example
 
     importlib.reload(example).main()
     expected = sorted(f"ORDER-{p}-{i}".encode() for p in range(2) for i in range(100))

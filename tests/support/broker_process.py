@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ class BrokerProcess:
     def start(self, timeout: float = 20.0) -> "BrokerProcess":
         if self.ready_file.exists():
             self.ready_file.unlink()
-        args = [sys.executable, "-m", "broker", "serve",
+        args = [sys.executable, "-m", "sharebroker", "serve",
                 "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}",
                 "--data-dir", str(self.data_dir), "--ready-file", str(self.ready_file),
                 "--log-format", "json"]
@@ -38,11 +37,9 @@ class BrokerProcess:
             args.append("--fsync")
         for name, value in self.overrides.items():
             args += ["--override", f"{name}={value}"]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         log = open(self.log_path, "ab")
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

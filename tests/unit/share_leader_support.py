@@ -14,13 +14,13 @@ from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
-from broker.share.leader import SharePartitionLeader
-from broker.share.partition import ShareLimits
-from broker.share_state import records as rec
-from broker.share_state.store import PersisterError, ReadResult, ShareStateStore, StateBatch, StateRecord, Summary
-from broker.topics import Partition
-from protocol.record_batch import encode_batch, parse_batches
-from storage import LogConfig, PartitionLog
+from sharebroker.broker.share.leader import SharePartitionLeader
+from sharebroker.broker.share.partition import ShareLimits
+from sharebroker.broker.share_state import records as rec
+from sharebroker.broker.share_state.store import PersisterError, ReadResult, ShareStateStore, StateBatch, StateRecord, Summary
+from sharebroker.broker.topics import Partition
+from sharebroker.protocol.record_batch import encode_batch, parse_batches
+from sharebroker.storage import LogConfig, PartitionLog
 
 NOW_WALL = 1_700_000_000_000
 

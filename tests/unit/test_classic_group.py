@@ -8,7 +8,7 @@ import itertools
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.groups.classic_group import (
+from sharebroker.broker.groups.classic_group import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,

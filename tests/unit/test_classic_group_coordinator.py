@@ -8,10 +8,10 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from broker.flusher import now_ms
-from broker.groups.classic_group import EMPTY, STABLE
-from broker.server import Broker
-from config import BrokerConfig
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.groups.classic_group import EMPTY, STABLE
+from sharebroker.broker.server import Broker
+from sharebroker.config import BrokerConfig
 
 
 def _broker(path: Path) -> Broker:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import struct
 
-from broker.groups import classic_records as crec
-from broker.groups.records import offsets_partition
-from protocol.record_batch import encode_batch, iter_records
+from sharebroker.broker.groups import classic_records as crec
+from sharebroker.broker.groups.records import offsets_partition
+from sharebroker.protocol.record_batch import encode_batch, iter_records
 
 
 def _s(text: str | None) -> bytes:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from config import (
+from sharebroker.config import (
     BROKER_CONFIGS,
     GROUP_CONFIGS,
     TOPIC_CONFIGS,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-from broker.groups import records as grec
-from broker.groups.share_group import ShareMember
-from broker.share_state import records as rec
-from broker.share_state.store import StateBatch
-from protocol.record_batch import encode_batch, iter_records
+from sharebroker.broker.groups import records as grec
+from sharebroker.broker.groups.share_group import ShareMember
+from sharebroker.broker.share_state import records as rec
+from sharebroker.broker.share_state.store import StateBatch
+from sharebroker.protocol.record_batch import encode_batch, iter_records
 
 
 def test_share_snapshot_round_trip_with_delivery_complete_count() -> None:

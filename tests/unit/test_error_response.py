@@ -12,11 +12,11 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from broker.apis import error_code_for, error_response
-from broker.internal_topics import StateWriteError
-from protocol.api_table import API_VERSIONS
-from protocol.codec import DecodedRequest, build, encode_response
-from storage import CorruptLogError
+from sharebroker.broker.apis import error_code_for, error_response
+from sharebroker.broker.internal_topics import StateWriteError
+from sharebroker.protocol.api_table import API_VERSIONS
+from sharebroker.protocol.codec import DecodedRequest, build, encode_response
+from sharebroker.storage import CorruptLogError
 
 # One request body for every API: build() takes the fields each schema has and zeroes the rest.
 BODY = {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.flusher import Flusher
+from sharebroker.broker.flusher import Flusher
 
 
 class FullDiskLog:

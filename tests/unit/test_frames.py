@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from broker.frames import _LARGE, _MAX_QUEUED, _MAX_QUEUED_BYTES, FrameEnd, FrameProtocol
+from sharebroker.broker.frames import _LARGE, _MAX_QUEUED, _MAX_QUEUED_BYTES, FrameEnd, FrameProtocol
 
 
 class FakeTransport:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
-from broker.flusher import now_ms
-from broker.server import Broker
-from config import BrokerConfig
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.server import Broker
+from sharebroker.config import BrokerConfig
 
 
 def _broker(path: Path) -> Broker:

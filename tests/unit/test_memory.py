@@ -10,7 +10,7 @@ import pytest
 
 PROBE = """
 import resource, sys
-from broker.memory import tune_allocator
+from sharebroker.broker.memory import tune_allocator
 applied = tune_allocator() if sys.argv[1] == "tuned" else False
 def churn():
     # a produce request's buffers: the frame, the decoded records, the copy given offsets...

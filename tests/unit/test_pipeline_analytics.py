@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.groups.classic_records import (
+from sharebroker.broker.groups.classic_records import (
     CommittedOffset,
     GroupSnapshot,
     group_metadata_key,
@@ -17,9 +17,9 @@ from broker.groups.classic_records import (
     offset_commit_key,
     offset_commit_value,
 )
-from broker.share_state.records import encode_record
-from broker.share_state.store import SNAPSHOT, UPDATE, SnapshotValue, StateBatch, StateRecord, UpdateValue
-from pipeline.analytics import (
+from sharebroker.broker.share_state.records import encode_record
+from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, SnapshotValue, StateBatch, StateRecord, UpdateValue
+from sharebroker.pipeline.analytics import (
     ACKNOWLEDGED,
     ARCHIVED,
     AVAILABLE,
@@ -43,10 +43,10 @@ from pipeline.analytics import (
     summarize_segment,
     topic_names,
 )
-from protocol.record_batch import GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_batch
-from storage.files import write_offset_checkpoint
-from storage.log_manager import LOG_START_OFFSET_CHECKPOINT, write_partition_metadata
-from storage.topics import METADATA_FILE
+from sharebroker.protocol.record_batch import GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_batch
+from sharebroker.storage.files import write_offset_checkpoint
+from sharebroker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT, write_partition_metadata
+from sharebroker.storage.topics import METADATA_FILE
 
 TS = 1_700_000_000_000
 

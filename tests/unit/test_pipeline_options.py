@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.options import (
+from sharebroker.pipeline.options import (
     EARLIEST,
     LATEST,
     OffsetRange,

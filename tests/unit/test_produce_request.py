@@ -12,8 +12,8 @@ import pytest
 from kio.index import load_request_schema
 from kio.serial import entity_reader
 
-from protocol.codec import FrameError, decode_request
-from protocol.produce_request import decode_produce_body
+from sharebroker.protocol.codec import FrameError, decode_request
+from sharebroker.protocol.produce_request import decode_produce_body
 from tests.integration import rawkafka as rk
 
 VERSIONS = range(3, 14)

@@ -8,7 +8,7 @@ import pytest
 from crc32c import crc32c
 from kio.records.readers import read_batch
 
-from protocol.record_batch import (
+from sharebroker.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     CORRUPT_MESSAGE,
     INVALID_RECORD,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.replay import replay_batches
-from protocol.record_batch import encode_batch
-from storage import CorruptLogError
+from sharebroker.broker.replay import replay_batches
+from sharebroker.protocol.record_batch import encode_batch
+from sharebroker.storage import CorruptLogError
 
 
 @dataclass

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from protocol.codec import build, encode_response, response_class
-from protocol.share_fetch_response import encode_share_fetch_response
+from sharebroker.protocol.codec import build, encode_response, response_class
+from sharebroker.protocol.share_fetch_response import encode_share_fetch_response
 
 
 def _partition(i: int, records: bytes, acquired: list[tuple[int, int, int]], **kw) -> dict:

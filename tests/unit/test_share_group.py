@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.groups.share_group import (
+from sharebroker.broker.groups.share_group import (
     EMPTY,
     STABLE,
     HeartbeatError,

@@ -10,9 +10,9 @@ from itertools import permutations
 
 import pytest
 
-from broker.groups import records as grec
-from broker.groups.coordinator import ShareGroupCoordinator
-from broker.groups.share_group import ShareMember
+from sharebroker.broker.groups import records as grec
+from sharebroker.broker.groups.coordinator import ShareGroupCoordinator
+from sharebroker.broker.groups.share_group import ShareMember
 
 TOPIC = uuid.UUID(int=7)
 

@@ -10,8 +10,8 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.share.leader import LeaderError, SharePartitionLeader
-from broker.share.partition import AcquireMode, RecordState, ShareLimits
+from sharebroker.broker.share.leader import LeaderError, SharePartitionLeader
+from sharebroker.broker.share.partition import AcquireMode, RecordState, ShareLimits
 from tests.unit.share_leader_support import Host, ManualClock, MemoryPersister, append_jobs, open_partition
 
 GROUP = "workers"

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.share.leader import LeaderError, SharePartitionLeader
-from broker.share.partition import AcquireMode, RecordState
+from sharebroker.broker.share.leader import LeaderError, SharePartitionLeader
+from sharebroker.broker.share.partition import AcquireMode, RecordState
 from tests.unit.share_leader_support import Host, ManualClock, MemoryPersister, append_jobs, open_partition
 from tests.unit.test_share_leader import GROUP, LIMITS, LOCK_MS
 

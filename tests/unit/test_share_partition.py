@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.share import (
+from sharebroker.broker.share import (
     INVALID_RECORD_STATE,
     INVALID_REQUEST,
     AcquireMode,

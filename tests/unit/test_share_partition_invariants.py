@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from broker.share import (
+from sharebroker.broker.share import (
     AcquireMode,
     LogBatch,
     PersistedBatch,
@@ -21,7 +21,7 @@ from broker.share import (
     ShareLimits,
     SharePartition,
 )
-from broker.share.inflight import TERMINAL_STATES
+from sharebroker.broker.share.inflight import TERMINAL_STATES
 
 LOCK = 1000
 

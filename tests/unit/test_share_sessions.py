@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError, ShareSession, ShareSessionCache
+from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError, ShareSession, ShareSessionCache
 
 INT32_MAX = 2**31 - 1
 T = uuid.UUID("00000000-0000-0000-0000-0000000000bb")

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.share_state.store import (
+from sharebroker.broker.share_state.store import (
     SNAPSHOT,
     PersisterError,
     ShareGroupOffset,
@@ -443,7 +443,7 @@ def test_write_never_changes_the_state_epoch(store):
 
 def replayed(records) -> PlanningStore:
     """A fresh store fed the encoded records, as start-up replays `__share_group_state`."""
-    from broker.share_state import records as rec
+    from sharebroker.broker.share_state import records as rec
     fresh = PlanningStore()
     for r in records:
         fresh.apply(rec.decode_record(*rec.encode_record(r)))

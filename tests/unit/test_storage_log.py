@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from kio.records.readers import read_batch
 
-from protocol.record_batch import encode_batch, parse_batches
-from storage import LogConfig, OffsetOutOfRange, PartitionLog
-from storage.partition_log import LogClosedError
+from sharebroker.protocol.record_batch import encode_batch, parse_batches
+from sharebroker.storage import LogConfig, OffsetOutOfRange, PartitionLog
+from sharebroker.storage.partition_log import LogClosedError
 
 NOW = 1_700_000_000_000
 
@@ -373,7 +373,7 @@ def test_timestamps_name_the_record_inside_the_batch(tmp_path: Path, compression
 
 
 def test_timestamps_fall_back_to_the_batch_without_the_codec(tmp_path: Path, monkeypatch) -> None:
-    import protocol.record_batch as rb
+    import sharebroker.protocol.record_batch as rb
     log = open_log(tmp_path / "t-0")
     buf = encode_batch([(None, b"v", (), NOW + i) for i in range(4)], timestamp_ms=0, compression=3)
     log.append(buf, parse_batches(buf, verify_crc=True), leader_epoch=0, now_ms=NOW)

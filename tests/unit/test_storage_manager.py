@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.record_batch import encode_batch, parse_batches
-from storage import (
+from sharebroker.protocol.record_batch import encode_batch, parse_batches
+from sharebroker.storage import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -20,7 +20,7 @@ from storage import (
     read_partition_metadata,
     topic_id_base64,
 )
-from storage.files import read_offset_checkpoint, write_offset_checkpoint
+from sharebroker.storage.files import read_offset_checkpoint, write_offset_checkpoint
 
 NOW = 1_700_000_000_000
 SMALL = LogConfig(segment_bytes=1500, index_interval_bytes=200)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from kio.records.readers import read_batch
 
-from protocol.record_batch import encode_batch, parse_batches
-from storage import LogConfig, PartitionLog
-from storage import segment as segment_module
+from sharebroker.protocol.record_batch import encode_batch, parse_batches
+from sharebroker.storage import LogConfig, PartitionLog
+from sharebroker.storage import segment as segment_module
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=3000, index_interval_bytes=250)

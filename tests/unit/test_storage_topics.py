@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import METADATA_FILE, MetadataError, TopicStore
+from sharebroker.storage import METADATA_FILE, MetadataError, TopicStore
 
 
 def fresh(tmp_path: Path) -> TopicStore:

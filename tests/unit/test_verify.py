@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli import main as cli_main
-from protocol.crc import crc32c
-from protocol.record_batch import encode_batch, parse_batches
-from storage import LogConfig, PartitionLog
+from sharebroker.broker.cli import main as cli_main
+from sharebroker.protocol.crc import crc32c
+from sharebroker.protocol.record_batch import encode_batch, parse_batches
+from sharebroker.storage import LogConfig, PartitionLog
 
 NOW = 1_700_000_000_000
 

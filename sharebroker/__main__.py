@@ -1,0 +1,5 @@
+"""`python -m sharebroker ...` runs the command-line tool."""
+
+from sharebroker.broker.cli import main
+
+raise SystemExit(main())
