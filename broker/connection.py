@@ -94,7 +94,7 @@ class Connection:
         except CloseConnection:
             return None
         except Exception as exc:  # a bug or a disk error must not take the connection down
-            from sharebroker.broker.apis import error_code_for
+            from sharebroker.protocol.errors import error_code_for
 
             code, message = error_code_for(exc)
             fields = dict(conn=self.id, api=api_name(req.api_key), version=req.api_version,

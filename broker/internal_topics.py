@@ -1,14 +1,16 @@
 """What the coordinators share about their internal topics (`__share_group_state`,
 `__consumer_offsets`): creating them on first use, appending key/value records through the normal
-log and flush policy (a write the disk refuses raises StateWriteError, which the request that
-caused it is answered with), and reading every record back at start-up."""
+log and flush policy, and reading every record back at start-up.
+
+A write the disk refuses (a full disk, a failed fsync) raises KafkaError(NOT_COORDINATOR), the code
+Kafka's coordinators answer for a storage error: the request that caused it is answered with it,
+and the client looks the coordinator up again and retries instead of losing its connection."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.replay import replay_batches
@@ -18,21 +20,9 @@ from sharebroker.protocol.record_batch import (
     iter_records,
     parse_batches,
 )
+from sharebroker.protocol.errors import ErrorCode, KafkaError
 
 log = get_logger("sharebroker.internal_topics")
-
-
-class StateWriteError(Exception):
-    """A coordinator's record could not be appended or flushed (a full disk, a failed fsync).
-    Carries the code Kafka's coordinators answer for a storage error, NOT_COORDINATOR, so a request
-    that fails with it is answered with that code (the client looks the coordinator up again
-    and retries) instead of losing its connection."""
-
-    code = ErrorCode.not_coordinator
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 def ensure_topic(broker: Any, name: str, partitions: int, segment_bytes: int) -> Any:
@@ -62,7 +52,7 @@ async def append_records(broker: Any, partition: Any, records: list[tuple[bytes,
         result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
                                       leader_epoch=partition.leader_epoch, now_ms=now_ms())
     except OSError as exc:
-        raise StateWriteError(f"Could not append to {name}: {exc.strerror or exc}") from exc
+        raise KafkaError(ErrorCode.not_coordinator, f"Could not append to {name}: {exc.strerror or exc}") from exc
     if result.rolled:
         broker.segment_rolled(partition)
     flushed = broker.after_append(partition, wait=True)
@@ -70,5 +60,5 @@ async def append_records(broker: Any, partition: Any, records: list[tuple[bytes,
         try:
             await flushed
         except OSError as exc:
-            raise StateWriteError(f"Could not flush {name}: {exc.strerror or exc}") from exc
+            raise KafkaError(ErrorCode.not_coordinator, f"Could not flush {name}: {exc.strerror or exc}") from exc
     return result.first_offset

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.replay import replay_batches
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.storage import write_atomic
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.producers")
 
@@ -41,13 +42,6 @@ class ProducerEntry:
         return self.batches[-1].last_seq if self.batches else -1
 
 
-class SequenceError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def _next_seq(seq: int) -> int:
     return 0 if seq == _INT32_MAX else seq + 1
 
@@ -59,18 +53,18 @@ class PartitionProducers:
         self.entries: dict[int, ProducerEntry] = {}
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> CachedBatch | None:
-        """A duplicate's cached batch (answer with its offsets), None to append, or SequenceError."""
+        """A duplicate's cached batch (answer with its offsets), None to append, or KafkaError."""
         entry = self.entries.get(producer_id)
         if entry is None:
             return None  # unknown producer (new, or its state expired): accept any sequence
         if epoch < entry.epoch:
-            raise SequenceError(ErrorCode.invalid_producer_epoch,
-                                f"Epoch {epoch} of producer {producer_id} is older than the current epoch {entry.epoch}")
+            raise KafkaError(ErrorCode.invalid_producer_epoch,
+                             f"Epoch {epoch} of producer {producer_id} is older than the current epoch {entry.epoch}")
         if epoch > entry.epoch:
             if first_seq != 0:
-                raise SequenceError(ErrorCode.out_of_order_sequence_number,
-                                    f"Invalid sequence number for new epoch of producer {producer_id}: "
-                                    f"{first_seq} (request epoch), 0 (expected)")
+                raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                                 f"Invalid sequence number for new epoch of producer {producer_id}: "
+                                 f"{first_seq} (request epoch), 0 (expected)")
             return None
         for cached in entry.batches:
             if cached.first_seq == first_seq and cached.last_seq == last_seq:
@@ -78,12 +72,12 @@ class PartitionProducers:
         last = entry.last_seq
         if last >= 0 and first_seq != _next_seq(last):
             if entry.batches and first_seq < entry.batches[0].first_seq:
-                raise SequenceError(ErrorCode.duplicate_sequence_number,
-                                    f"Sequence {first_seq} of producer {producer_id} is older than the "
-                                    f"cached batches; treated as a duplicate")
-            raise SequenceError(ErrorCode.out_of_order_sequence_number,
-                                f"Out of order sequence number for producer {producer_id}: "
-                                f"{first_seq} (incoming seq. number), {last} (current end sequence number)")
+                raise KafkaError(ErrorCode.duplicate_sequence_number,
+                                 f"Sequence {first_seq} of producer {producer_id} is older than the "
+                                 f"cached batches; treated as a duplicate")
+            raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                             f"Out of order sequence number for producer {producer_id}: "
+                             f"{first_seq} (incoming seq. number), {last} (current end sequence number)")
         return None
 
     def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,

@@ -16,6 +16,7 @@ from sharebroker.broker.producers import PartitionProducers, load_producers, sav
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config import BrokerConfig, ConfigError, TopicConfig, topic_config
 from sharebroker.storage import LogConfig, LogManager, PartitionLog, TopicStore
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.topics")
 
@@ -24,23 +25,16 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
 
-class TopicError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def validate_topic_name(name: str | None) -> None:
     if not name:
-        raise TopicError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
+        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise TopicError(ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\"")
+        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\"")
     if len(name) > MAX_TOPIC_NAME:
-        raise TopicError(ErrorCode.invalid_topic_exception,
+        raise KafkaError(ErrorCode.invalid_topic_exception,
                          f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}")
     if not _LEGAL_TOPIC.match(name):
-        raise TopicError(ErrorCode.invalid_topic_exception,
+        raise KafkaError(ErrorCode.invalid_topic_exception,
                          f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")
 
 

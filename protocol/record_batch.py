@@ -15,8 +15,8 @@ Header layout (big-endian), offsets in bytes:
 
 Error codes (plain ints, Kafka's numbers) follow what Apache Kafka 4.x answers to a v3+ produce:
 CRC mismatch, a length below the 61-byte header, a batch running past the buffer, a negative count
-or offset delta, an unknown magic (not 0-2) or compression id -> CORRUPT_MESSAGE (2). Magic 0/1
-(legacy message sets) -> INVALID_RECORD (87): Kafka 4 only takes produce v3+ and rejects
+or offset delta, an unknown magic (not 0-2) or compression id -> ErrorCode.corrupt_message (2). Magic 0/1
+(legacy message sets) -> ErrorCode.invalid_record (87): Kafka 4 only takes produce v3+ and rejects
 non-v2 batches there with InvalidRecordException, so UNSUPPORTED_FOR_MESSAGE_FORMAT (43) is not
 used. The produce-only rules (exactly one batch, baseOffset 0, count consistency, no control
 batches from clients) live in `parse_produce_records`.
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharebroker.protocol.crc import crc32c
+from sharebroker.protocol.errors import ErrorCode, KafkaError
 
 BufferLike = bytes | bytearray | memoryview | mmap.mmap  # what the header readers accept
 
@@ -40,10 +41,6 @@ __all__ = [
     "BATCH_HEADER_SIZE",
     "LOG_OVERHEAD",
     "MIN_BATCH_LENGTH",
-    "CORRUPT_MESSAGE",
-    "INVALID_RECORD",
-    "MESSAGE_TOO_LARGE",
-    "UNSUPPORTED_COMPRESSION_TYPE",
     "BatchHeader",
     "BatchRecord",
     "BatchWalk",
@@ -68,12 +65,6 @@ _CRC_START = 21  # CRC covers attributes .. end of batch
 _MAGIC_OFFSET = 16
 _LEGACY_MIN_LENGTH = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0, checked before the magic
 
-# Kafka error codes (kept numeric so storage and protocol need not import kio).
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
-
 # Attribute bits.
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # 1 = LogAppendTime
@@ -91,13 +82,8 @@ _I16 = struct.Struct(">h")
 _INT32_MAX = 0x7FFFFFFF
 
 
-class InvalidRecordError(ValueError):
-    """A produce payload Kafka would refuse; `code` is the Kafka error code to answer with."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class InvalidRecordError(KafkaError, ValueError):
+    """A produce payload Kafka would refuse, with the Kafka error code to answer it with."""
 
 
 @dataclass(slots=True)
@@ -176,13 +162,13 @@ def batch_crc(buf: BufferLike, header: BatchHeader) -> int:
 def _check_header(h: BatchHeader) -> None:
     """Header-level sanity shared by every path that trusts a batch."""
     if h.record_count < 0:
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"Record batch at byte {h.position} has a negative record count "
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"Record batch at byte {h.position} has a negative record count "
                                                   f"({h.record_count}).")
     if h.last_offset_delta < 0:
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"Record batch at byte {h.position} has a negative last offset "
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"Record batch at byte {h.position} has a negative last offset "
                                                   f"delta ({h.last_offset_delta}).")
     if h.compression > ZSTD:
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"Record batch at byte {h.position} uses unknown compression "
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"Record batch at byte {h.position} uses unknown compression "
                                                   f"type id {h.compression}.")
 
 
@@ -190,9 +176,9 @@ def _check_magic(buf: bytes | bytearray | memoryview, pos: int) -> None:
     magic = buf[pos + _MAGIC_OFFSET]
     if magic != 2:
         if magic in (0, 1):
-            raise InvalidRecordError(INVALID_RECORD, f"Record batch at byte {pos} has magic {magic}; produce "
+            raise InvalidRecordError(ErrorCode.invalid_record, f"Record batch at byte {pos} has magic {magic}; produce "
                                                      "requests with version 3 or above must use magic 2.")
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"Invalid magic found in record batch at byte {pos}: {magic}.")
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"Invalid magic found in record batch at byte {pos}: {magic}.")
 
 
 def parse_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool) -> list[BatchHeader]:
@@ -205,23 +191,23 @@ def parse_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool) -> l
     mv = memoryview(buf) if verify_crc else None
     while pos < n:
         if n - pos < _MAGIC_OFFSET + 1:
-            raise InvalidRecordError(CORRUPT_MESSAGE, f"Truncated record batch: {n - pos} trailing bytes at byte "
+            raise InvalidRecordError(ErrorCode.corrupt_message, f"Truncated record batch: {n - pos} trailing bytes at byte "
                                                       f"{pos} do not hold a batch header.")
         length = _I32.unpack_from(buf, pos + 8)[0]
         _check_magic(buf, pos)
         if length < MIN_BATCH_LENGTH:
-            raise InvalidRecordError(CORRUPT_MESSAGE, f"Record batch at byte {pos} is smaller than the minimum "
+            raise InvalidRecordError(ErrorCode.corrupt_message, f"Record batch at byte {pos} is smaller than the minimum "
                                                       f"({length + LOG_OVERHEAD} < {BATCH_HEADER_SIZE} bytes).")
         end = pos + LOG_OVERHEAD + length
         if end > n:
-            raise InvalidRecordError(CORRUPT_MESSAGE, f"Truncated record batch at byte {pos}: it declares "
+            raise InvalidRecordError(ErrorCode.corrupt_message, f"Truncated record batch at byte {pos}: it declares "
                                                       f"{length + LOG_OVERHEAD} bytes, {n - pos} remain.")
         h = read_header(buf, pos)
         _check_header(h)
         if mv is not None:
             crc = crc32c(mv[pos + _CRC_START:end])
             if crc != h.crc:
-                raise InvalidRecordError(CORRUPT_MESSAGE, f"Record is corrupt (stored crc = {h.crc}, computed crc = "
+                raise InvalidRecordError(ErrorCode.corrupt_message, f"Record is corrupt (stored crc = {h.crc}, computed crc = "
                                                           f"{crc}) in the batch at byte {pos}.")
         out.append(h)
         pos = end
@@ -233,11 +219,11 @@ def parse_produce_records(buf: bytes | bytearray | memoryview, *, api_version: i
     """Validate one partition's records of a Produce v3+ request the way Kafka 4 does, in Kafka's
     order, and return the headers (always exactly one). CRC is always verified.
 
-    INVALID_RECORD: no complete batch, more than one batch, magic 0/1, baseOffset != 0, offset
+    ErrorCode.invalid_record: no complete batch, more than one batch, magic 0/1, baseOffset != 0, offset
     range and record count disagree, a control batch, a producer id with a negative sequence.
-    MESSAGE_TOO_LARGE: batch larger than max.message.bytes. UNSUPPORTED_COMPRESSION_TYPE: zstd below
-    produce v7. CORRUPT_MESSAGE: as in `parse_batches`. Deviation: bytes after the one batch are
-    refused (CORRUPT_MESSAGE) where Kafka would silently trim a partial trailing batch."""
+    ErrorCode.message_too_large: batch larger than max.message.bytes. ErrorCode.unsupported_compression_type: zstd below
+    produce v7. ErrorCode.corrupt_message: as in `parse_batches`. Deviation: bytes after the one batch are
+    refused (ErrorCode.corrupt_message) where Kafka would silently trim a partial trailing batch."""
     n = len(buf)
     if n >= BATCH_HEADER_SIZE:
         # Fast path for the batch every well-behaved client sends; anything else takes the
@@ -250,7 +236,7 @@ def parse_produce_records(buf: bytes | bytearray | memoryview, *, api_version: i
                 and (max_message_bytes is None or n <= max_message_bytes)):
             crc = crc32c(memoryview(buf)[_CRC_START:])
             if crc != f[4]:
-                raise InvalidRecordError(CORRUPT_MESSAGE, f"Record is corrupt (stored crc = {f[4]}, computed crc = "
+                raise InvalidRecordError(ErrorCode.corrupt_message, f"Record is corrupt (stored crc = {f[4]}, computed crc = "
                                                           f"{crc}).")
             return [BatchHeader(*f, 0)]  # type: ignore[call-arg]
     # Kafka walks batch sizes first: a size below 14 or a bad magic is corrupt, anything shorter
@@ -258,48 +244,48 @@ def parse_produce_records(buf: bytes | bytearray | memoryview, *, api_version: i
     if n >= LOG_OVERHEAD:
         length = _I32.unpack_from(buf, 8)[0]
         if length < _LEGACY_MIN_LENGTH:
-            raise InvalidRecordError(CORRUPT_MESSAGE, f"Record size {length} is less than the minimum record "
+            raise InvalidRecordError(ErrorCode.corrupt_message, f"Record size {length} is less than the minimum record "
                                                       f"overhead ({_LEGACY_MIN_LENGTH}).")
         if n > _MAGIC_OFFSET:
             _check_magic(buf, 0)
     if n < _MAGIC_OFFSET + 1 or n < LOG_OVERHEAD + _I32.unpack_from(buf, 8)[0]:
-        raise InvalidRecordError(INVALID_RECORD, "Produce requests with version 3 or above must have at least "
+        raise InvalidRecordError(ErrorCode.invalid_record, "Produce requests with version 3 or above must have at least "
                                                  "one record batch per partition.")
     first_end = LOG_OVERHEAD + _I32.unpack_from(buf, 8)[0]
     rest = n - first_end
     if rest > 0:
         if rest >= LOG_OVERHEAD and rest >= LOG_OVERHEAD + _I32.unpack_from(buf, first_end + 8)[0]:
-            raise InvalidRecordError(INVALID_RECORD, "Produce requests with version 3 or above are only allowed to "
+            raise InvalidRecordError(ErrorCode.invalid_record, "Produce requests with version 3 or above are only allowed to "
                                                      "contain exactly one record batch per partition.")
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"{rest} trailing bytes after the record batch do not make a "
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"{rest} trailing bytes after the record batch do not make a "
                                                   "whole batch.")
     if first_end < BATCH_HEADER_SIZE:
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"Record batch is smaller than the minimum "
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"Record batch is smaller than the minimum "
                                                   f"({first_end} < {BATCH_HEADER_SIZE} bytes).")
     h = read_header(buf, 0)
     if h.compression == ZSTD and api_version is not None and api_version < 7:
-        raise InvalidRecordError(UNSUPPORTED_COMPRESSION_TYPE, "Produce requests with ZStandard compression "
+        raise InvalidRecordError(ErrorCode.unsupported_compression_type, "Produce requests with ZStandard compression "
                                                                "need version 7 or above.")
     if h.base_offset != 0:
-        raise InvalidRecordError(INVALID_RECORD, f"The baseOffset of the record batch in the append should be 0, "
+        raise InvalidRecordError(ErrorCode.invalid_record, f"The baseOffset of the record batch in the append should be 0, "
                                                  f"but it is {h.base_offset}.")
     if max_message_bytes is not None and h.size > max_message_bytes:
-        raise InvalidRecordError(MESSAGE_TOO_LARGE, f"The record batch is {h.size} bytes, larger than the maximum "
+        raise InvalidRecordError(ErrorCode.message_too_large, f"The record batch is {h.size} bytes, larger than the maximum "
                                                     f"allowed ({max_message_bytes}).")
     _check_header(h)
     crc = crc32c(memoryview(buf)[_CRC_START:first_end])
     if crc != h.crc:
-        raise InvalidRecordError(CORRUPT_MESSAGE, f"Record is corrupt (stored crc = {h.crc}, computed crc = {crc}).")
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"Record is corrupt (stored crc = {h.crc}, computed crc = {crc}).")
     count = h.last_offset_delta + 1
     if h.record_count <= 0:
-        raise InvalidRecordError(INVALID_RECORD, f"Invalid reported count for record batch: {h.record_count}.")
+        raise InvalidRecordError(ErrorCode.invalid_record, f"Invalid reported count for record batch: {h.record_count}.")
     if count != h.record_count:
-        raise InvalidRecordError(INVALID_RECORD, f"Inconsistent batch offset range [0, {h.last_offset_delta}] and "
+        raise InvalidRecordError(ErrorCode.invalid_record, f"Inconsistent batch offset range [0, {h.last_offset_delta}] and "
                                                  f"count of records {h.record_count}.")
     if h.is_control:
-        raise InvalidRecordError(INVALID_RECORD, "Clients are not allowed to write control records.")
+        raise InvalidRecordError(ErrorCode.invalid_record, "Clients are not allowed to write control records.")
     if h.producer_id >= 0 and h.base_sequence < 0:
-        raise InvalidRecordError(INVALID_RECORD, f"Invalid sequence number {h.base_sequence} in record batch with "
+        raise InvalidRecordError(ErrorCode.invalid_record, f"Invalid sequence number {h.base_sequence} in record batch with "
                                                  f"producerId {h.producer_id}.")
     return [h]
 
@@ -433,7 +419,7 @@ def decompress(codec: int, data: bytes) -> bytes:
     if codec == ZSTD:
         import zstandard
         return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    raise InvalidRecordError(CORRUPT_MESSAGE, f"unknown compression type id {codec}")
+    raise InvalidRecordError(ErrorCode.corrupt_message, f"unknown compression type id {codec}")
 
 
 def _decompress(codec: int, data: bytes) -> bytes | None:
@@ -455,7 +441,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
         if shift > 63:
-            raise InvalidRecordError(CORRUPT_MESSAGE, "varint longer than 10 bytes")
+            raise InvalidRecordError(ErrorCode.corrupt_message, "varint longer than 10 bytes")
 
 
 def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, int]] | None:
@@ -482,7 +468,7 @@ def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, 
             out.append((h.base_offset + off_delta, h.base_timestamp + ts_delta))
             pos = end
     except IndexError:
-        raise InvalidRecordError(CORRUPT_MESSAGE, "records end before the batch's record count") from None
+        raise InvalidRecordError(ErrorCode.corrupt_message, "records end before the batch's record count") from None
     return out
 
 
@@ -609,7 +595,7 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[BatchRecord]:
             out.append(BatchRecord(h.base_offset + off_delta, ts, key, value, headers))
             pos = end
     except IndexError:
-        raise InvalidRecordError(CORRUPT_MESSAGE, "records end before the batch's record count") from None
+        raise InvalidRecordError(ErrorCode.corrupt_message, "records end before the batch's record count") from None
     return out
 
 
@@ -619,6 +605,6 @@ def iter_records(batch: bytes | bytearray | memoryview) -> list[tuple[int, bytes
     try:
         records = decode_records(batch)
     except ImportError:
-        raise InvalidRecordError(CORRUPT_MESSAGE,
+        raise InvalidRecordError(ErrorCode.corrupt_message,
                                  f"no library for compression type {read_header(batch, 0).compression}") from None
     return [(r.offset, r.key, r.value) for r in records]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sharebroker.protocol.errors import ErrorCode, KafkaError
 from sharebroker.protocol.record_batch import (
     BatchHeader,
     InvalidRecordError,
@@ -32,22 +33,21 @@ _INT32_MAX = 0x7FFFFFFF
 _SCRATCH_SUFFIXES = (".deleted", ".tmp", ".cleaned", ".swap")
 
 
-class OffsetOutOfRange(Exception):
+class OffsetOutOfRange(KafkaError):
     """The offset is outside [log start offset, log end offset]."""
 
-    code = 1  # OFFSET_OUT_OF_RANGE
-
     def __init__(self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int) -> None:
-        super().__init__(message)
+        super().__init__(ErrorCode.offset_out_of_range, message)
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
 
 
-class LogClosedError(Exception):
+class LogClosedError(KafkaError):
     """The log was closed or deleted (e.g. by DeleteTopics) while someone still held it."""
 
-    code = 3  # UNKNOWN_TOPIC_OR_PARTITION
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.unknown_topic_or_partition, message)
 
 
 @dataclass(slots=True)

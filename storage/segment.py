@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sharebroker.protocol.crc import crc32c
 
+from sharebroker.protocol.errors import ErrorCode, KafkaError
 from sharebroker.protocol.record_batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -55,16 +56,14 @@ _TIDX = struct.Struct(">qi")
 Walked = tuple[int, int, int, int, int, int]  # position, base offset, size, last offset, max ts, attributes
 
 
-class CorruptLogError(Exception):
+class CorruptLogError(KafkaError):
     """Stored bytes do not parse as record batches (found while serving a read): `path` and
-    `position` name where, `offset` the offset the read was looking for."""
-
-    code = 2  # CORRUPT_MESSAGE, what Kafka answers when a read meets a CorruptRecordException
+    `position` name where, `offset` the offset the read was looking for. CORRUPT_MESSAGE is what
+    Kafka answers when a read meets a CorruptRecordException."""
 
     def __init__(self, message: str, *, path: str = "", position: int = -1, reason: str = "",
                  offset: int = -1) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(ErrorCode.corrupt_message, message)
         self.path = path
         self.position = position
         self.reason = reason

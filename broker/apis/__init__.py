@@ -31,22 +31,6 @@ def api(key: int) -> Callable[[Handler], Handler]:
     return register
 
 
-def error_code_for(exc: BaseException) -> tuple[ErrorCode, str]:
-    """The Kafka error code and message for an exception a handler did not expect: its own code
-    if it carries one (storage and coordinator errors do), KAFKA_STORAGE_ERROR for an I/O error
-    (a full disk, a failed fsync), UNKNOWN_SERVER_ERROR for anything else (a bug)."""
-    code = getattr(exc, "code", None)
-    if isinstance(code, int) and not isinstance(code, bool):
-        try:
-            return ErrorCode(int(code)), str(getattr(exc, "message", None) or exc)
-        except ValueError:
-            pass
-    if isinstance(exc, OSError):
-        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        return ErrorCode.kafka_storage_error, f"Disk error{where}: {exc.strerror or exc}"
-    return ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}"
-
-
 def _produce_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any] | None:
     if req.body.acks == 0:
         return None  # Kafka closes an acks=0 connection on error: nothing is answered

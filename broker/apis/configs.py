@@ -17,6 +17,7 @@ from sharebroker.config import (
     validate_topic_overrides,
 )
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.configs")
 
@@ -24,29 +25,22 @@ TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-class ResourceError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def _check_broker_name(broker: Any, name: str) -> None:
     if name not in ("", str(broker.node_id)):
-        raise ResourceError(ErrorCode.invalid_request,
-                            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
+        raise KafkaError(ErrorCode.invalid_request,
+                         f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
 
 
 def _check_group_name(name: str) -> None:
     if not name:
-        raise ResourceError(ErrorCode.invalid_request, "Group name can't be empty.")
+        raise KafkaError(ErrorCode.invalid_request, "Group name can't be empty.")
 
 
 def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
     if resource_type == TOPIC:
         topic = broker.topics.get(name)
         if topic is None:
-            raise ResourceError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
         return describe_topic_configs(broker.config, topic.overrides)
     if resource_type == BROKER:
         _check_broker_name(broker, name)
@@ -54,7 +48,7 @@ def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
     if resource_type == GROUP:
         _check_group_name(name)
         return broker.share_groups.describe_configs(name)
-    raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for DescribeConfigs.")
+    raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for DescribeConfigs.")
 
 
 @api(32)
@@ -77,7 +71,7 @@ async def describe(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                  if include_synonyms else ()}
                 for d in described if keys is None or d.name in keys
             ]
-        except ResourceError as exc:
+        except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
         results.append(entry)
     return build(response_class(32, req.api_version), {"throttle_time": 0, "results": results})
@@ -91,18 +85,18 @@ def _new_topic_overrides(current: dict[str, str], changes: list[tuple[str, int, 
     for name, op, value in changes:
         if op == SET:
             if value is None:
-                raise ResourceError(ErrorCode.invalid_request, f"Null value not supported for: {name}")
+                raise KafkaError(ErrorCode.invalid_request, f"Null value not supported for: {name}")
             result[name] = value
         elif op == DELETE:
             result.pop(name, None)
         elif op in (APPEND, SUBTRACT):
             definition = TOPIC_CONFIGS.get(name)
             if definition is None:
-                raise ResourceError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+                raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
             if definition.type != "list":
-                raise ResourceError(ErrorCode.invalid_config,
-                                    f"Config value append is not allowed for config key: {name}" if op == APPEND
-                                    else f"Config value subtract is not allowed for config key: {name}")
+                raise KafkaError(ErrorCode.invalid_config,
+                                 f"Config value append is not allowed for config key: {name}" if op == APPEND
+                                 else f"Config value subtract is not allowed for config key: {name}")
             items = [i for i in (result.get(name) or "").split(",") if i]
             extra = [i for i in (value or "").split(",") if i]
             if op == APPEND:
@@ -111,23 +105,23 @@ def _new_topic_overrides(current: dict[str, str], changes: list[tuple[str, int, 
                 items = [i for i in items if i not in extra]
             result[name] = ",".join(items)
         else:
-            raise ResourceError(ErrorCode.invalid_request, f"Unknown config operation {op} for {name}")
+            raise KafkaError(ErrorCode.invalid_request, f"Unknown config operation {op} for {name}")
     return result
 
 
 def _alter(broker: Any, resource_type: int, name: str, changes: list[tuple[str, int, str | None]],
            validate_only: bool, incremental: bool) -> None:
     if any(n > 1 for n in Counter(c[0] for c in changes).values()):
-        raise ResourceError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+        raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
     if resource_type == TOPIC:
         topic = broker.topics.get(name)
         if topic is None:
-            raise ResourceError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
         proposed = _new_topic_overrides(topic.overrides, changes, incremental)
         try:
             validated = validate_topic_overrides(proposed)
         except ConfigError as exc:
-            raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         if not validate_only:
             broker.topics.set_overrides(name, validated)
         return
@@ -137,16 +131,16 @@ def _alter(broker: Any, resource_type: int, name: str, changes: list[tuple[str, 
             broker.alter_broker_configs(changes, per_broker=name != "", incremental=incremental,
                                         validate_only=validate_only)
         except ConfigError as exc:
-            raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         return
     if resource_type == GROUP:
         _check_group_name(name)
         try:
             broker.share_groups.alter_configs(name, changes, validate_only=validate_only, incremental=incremental)
         except ConfigError as exc:
-            raise ResourceError(ErrorCode.invalid_config, str(exc)) from None
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         return
-    raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for altering configs.")
+    raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for altering configs.")
 
 
 async def _alter_request(broker: Any, req: DecodedRequest, incremental: bool) -> Any:
@@ -159,14 +153,14 @@ async def _alter_request(broker: Any, req: DecodedRequest, incremental: bool) ->
                                  "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
             if dupes[(r.resource_type, r.resource_name)] > 1:
-                raise ResourceError(ErrorCode.invalid_request,
-                                    f"Error due to duplicate resource {r.resource_name} of type {r.resource_type}")
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"Error due to duplicate resource {r.resource_name} of type {r.resource_type}")
             changes = [(c.name, getattr(c, "config_operation", SET), c.value) for c in r.configs]
             _alter(broker, r.resource_type, r.resource_name, changes, body.validate_only, incremental)
             if not body.validate_only:
                 log.info("configs altered", resource_type=r.resource_type, resource=r.resource_name,
                          changes=[(n, op, v) for n, op, v in changes])
-        except ResourceError as exc:
+        except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
         responses.append(entry)
     return build(response_class(key, req.api_version), {"throttle_time": 0, "responses": responses})

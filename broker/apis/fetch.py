@@ -10,8 +10,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.apis import api, error_code_for
+from sharebroker.broker.apis import api
 from sharebroker.broker.structured_log import Repeats, get_logger
+from sharebroker.protocol.errors import error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.storage import CorruptLogError, OffsetOutOfRange
 

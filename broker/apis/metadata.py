@@ -7,10 +7,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.apis import api, error_code_for
+from sharebroker.broker.apis import api
 from sharebroker.broker.apis.topics_admin import auto_create
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import Topic
+from sharebroker.protocol.errors import error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 log = get_logger("sharebroker.metadata")

@@ -9,24 +9,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.apis import CloseConnection, api, error_code_for
+from sharebroker.broker.apis import CloseConnection, api
 from sharebroker.broker.flusher import now_ms
-from sharebroker.broker.producers import SequenceError
+
 from sharebroker.broker.structured_log import Repeats, get_logger
+from sharebroker.protocol.errors import KafkaError, error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
-from sharebroker.protocol.record_batch import InvalidRecordError, parse_produce_records
+from sharebroker.protocol.record_batch import parse_produce_records
 
 log = get_logger("sharebroker.produce")
 # A producer retries a refused write every retry.backoff.ms: one line per partition and cause
 # every 10 s, with the count of the others, is enough.
 _refusals = Repeats(10.0)
-
-class ProduceError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
 
 def _append_one(broker: Any, partition: Any, records: bytes | memoryview | None, version: int,
                 now: int) -> dict[str, Any]:
@@ -34,26 +28,20 @@ def _append_one(broker: Any, partition: Any, records: bytes | memoryview | None,
     plog = partition.log
     topic = partition.topic
     cfg = topic.config
-    try:
-        (batch,) = headers = parse_produce_records(records or b"", api_version=version,
-                                                   max_message_bytes=cfg.max_message_bytes)
-    except InvalidRecordError as exc:
-        raise ProduceError(ErrorCode(exc.code), exc.message) from None
+    (batch,) = headers = parse_produce_records(records or b"", api_version=version,
+                                               max_message_bytes=cfg.max_message_bytes)
     if batch.is_transactional:
-        raise ProduceError(ErrorCode.invalid_record,
-                           "Transactional batches are not supported by this broker yet.")
+        raise KafkaError(ErrorCode.invalid_record,
+                         "Transactional batches are not supported by this broker yet.")
     if batch.size > cfg.segment_bytes:
-        raise ProduceError(ErrorCode.record_list_too_large,
-                           f"The record batch of {batch.size} bytes exceeds segment.bytes ({cfg.segment_bytes}).")
+        raise KafkaError(ErrorCode.record_list_too_large,
+                         f"The record batch of {batch.size} bytes exceeds segment.bytes ({cfg.segment_bytes}).")
     log_append_time = cfg.message_timestamp_type == "LogAppendTime"
     if not log_append_time:
         _check_timestamps(batch, cfg, now)
     pid = batch.producer_id
     if pid >= 0:
-        try:
-            dup = partition.producers.check(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
-        except SequenceError as exc:
-            raise ProduceError(exc.code, exc.message) from None
+        dup = partition.producers.check(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
         if dup is not None:
             log.info("duplicate batch acknowledged with its original offset", topic=topic.name,
                      partition=partition.index, producer_id=pid, sequence=batch.base_sequence, offset=dup.first_offset)
@@ -81,13 +69,13 @@ def _check_timestamps(batch: Any, cfg: Any, now: int) -> None:
     before = cfg.message_timestamp_before_max_ms
     after = cfg.message_timestamp_after_max_ms
     if batch.base_timestamp >= 0 and now - batch.base_timestamp > before:
-        raise ProduceError(ErrorCode.invalid_timestamp,
-                           f"Timestamp {batch.base_timestamp} of a record is earlier than the allowed "
-                           f"message.timestamp.before.max.ms ({before} ms before now).")
+        raise KafkaError(ErrorCode.invalid_timestamp,
+                         f"Timestamp {batch.base_timestamp} of a record is earlier than the allowed "
+                         f"message.timestamp.before.max.ms ({before} ms before now).")
     if batch.max_timestamp - now > after:
-        raise ProduceError(ErrorCode.invalid_timestamp,
-                           f"Timestamp {batch.max_timestamp} of a record is later than the allowed "
-                           f"message.timestamp.after.max.ms ({after} ms after now).")
+        raise KafkaError(ErrorCode.invalid_timestamp,
+                         f"Timestamp {batch.max_timestamp} of a record is later than the allowed "
+                         f"message.timestamp.after.max.ms ({after} ms after now).")
 
 
 def _unexpected(exc: Exception, topic: Any, index: int, conn: Any, stage: str) -> tuple[ErrorCode, str]:
@@ -132,21 +120,21 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                                      "record_errors": (), "error_message": None}
             try:
                 if acks not in (-1, 0, 1):
-                    raise ProduceError(ErrorCode.invalid_required_acks, f"Invalid required acks value {acks}.")
+                    raise KafkaError(ErrorCode.invalid_required_acks, f"Invalid required acks value {acks}.")
                 if body.transactional_id is not None:
-                    raise ProduceError(ErrorCode.transactional_id_authorization_failed,
-                                       "Transactions are not supported by this broker yet.")
+                    raise KafkaError(ErrorCode.transactional_id_authorization_failed,
+                                     "Transactions are not supported by this broker yet.")
                 if topic is None:
-                    raise ProduceError(missing, "This server does not host this topic-partition.")
+                    raise KafkaError(missing, "This server does not host this topic-partition.")
                 if not 0 <= pd.index < len(topic.partitions):
-                    raise ProduceError(ErrorCode.unknown_topic_or_partition,
-                                       f"Partition {pd.index} of topic {topic.name} does not exist.")
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                     f"Partition {pd.index} of topic {topic.name} does not exist.")
                 if topic.internal:
-                    raise ProduceError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
+                    raise KafkaError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
                 partition = topic.partitions[pd.index]
                 entry.update(_append_one(broker, partition, pd.records, v, now))
                 appended.append((partition, entry))
-            except ProduceError as exc:
+            except KafkaError as exc:
                 failed = True
                 entry.update(error_code=exc.code, error_message=exc.message)
                 log.warning("produce refused", topic=getattr(topic, "name", None) or str(getattr(td, "topic_id", "")),

@@ -9,16 +9,16 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.share_common import (
-    RequestError,
     apply_acknowledgements,
     check_ids,
     current_leader,
     merge_topics,
     resolve_partition,
 )
-from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
+from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.share")
 
@@ -33,15 +33,12 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     try:
         check_ids(group_id, member_id)
         if epoch == INITIAL_EPOCH:
-            raise RequestError(ErrorCode.invalid_share_session_epoch,
-                               "A share session cannot be opened by ShareAcknowledge (epoch 0).")
-        try:
-            session = broker.share.sessions.check(group_id, member_id, epoch)
-        except SessionError as exc:
-            raise RequestError(exc.code, exc.message) from None
+            raise KafkaError(ErrorCode.invalid_share_session_epoch,
+                             "A share session cannot be opened by ShareAcknowledge (epoch 0).")
+        session = broker.share.sessions.check(group_id, member_id, epoch)
         if epoch != FINAL_EPOCH:
             session.bump()
-    except RequestError as exc:
+    except KafkaError as exc:
         log.warning("share acknowledge refused", conn=conn.id, group=group_id, member=member_id, epoch=epoch,
                     error=exc.code.name, message=exc.message)
         return build(cls, {"throttle_time": 0, "error_code": exc.code, "error_message": exc.message,

@@ -7,24 +7,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.share.leader import LeaderError
+
 from sharebroker.broker.share.partition import validate_acknowledgement_batches
+from sharebroker.protocol.errors import KafkaError
 
 MAX_MEMBER_ID_LENGTH = 36
 
 
-class RequestError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def check_ids(group_id: str | None, member_id: str | None) -> None:
     if group_id is None:
-        raise RequestError(ErrorCode.invalid_request, "Invalid group id in the request.")
+        raise KafkaError(ErrorCode.invalid_request, "Invalid group id in the request.")
     if not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
-        raise RequestError(ErrorCode.invalid_request, "Invalid member id in the request.")
+        raise KafkaError(ErrorCode.invalid_request, "Invalid member id in the request.")
 
 
 def bind_to_connection(broker: Any, conn: Any) -> None:
@@ -70,7 +64,7 @@ async def apply_acknowledgements(broker: Any, group_id: str, member_id: str, top
         return ErrorCode.unknown_topic_or_partition, "The share partition is not loaded on this broker."
     try:
         await leader.acknowledge(member_id, acks, is_renew=is_renew)
-    except LeaderError as exc:
+    except KafkaError as exc:
         return exc.code, exc.message
     return ErrorCode.none, None
 

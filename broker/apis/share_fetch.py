@@ -11,7 +11,6 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.share_common import (
-    RequestError,
     apply_acknowledgements,
     bind_to_connection,
     check_ids,
@@ -19,12 +18,13 @@ from sharebroker.broker.apis.share_common import (
     merge_topics,
     resolve_partition,
 )
-from sharebroker.broker.share.leader import LeaderError
+
 from sharebroker.broker.share.partition import AcquireMode
-from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError
+from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.share_fetch_response import encode_share_fetch_response
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.share")
 
@@ -56,7 +56,7 @@ async def _fetch(broker: Any, group_id: str, member_id: str, session: Any, body:
         leader = broker.share.leader(group_id, partition)
         try:
             await leader.ensure_loaded()
-        except LeaderError as exc:
+        except KafkaError as exc:
             e = entries.setdefault(key, _entry(broker, key[1], partition))
             e.update(error_code=exc.code, error_message=exc.message)
             continue
@@ -131,26 +131,23 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                                             ("MaxRecords", body.max_records),
                                             ("MaxWaitMs", int(body.max_wait.total_seconds() * 1000))) if value != 0]
             if bad:
-                raise RequestError(ErrorCode.invalid_request,
-                                   f"{', '.join(bad)} must be 0 when IsRenewAck is true.")
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"{', '.join(bad)} must be 0 when IsRenewAck is true.")
         sessions = broker.share.sessions
         if epoch == INITIAL_EPOCH:
             if any(p.acknowledgement_batches for p in requested.values()):
-                raise RequestError(ErrorCode.invalid_request,
-                                   "Acknowledge data is not allowed in the initial share fetch request.")
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "Acknowledge data is not allowed in the initial share fetch request.")
             try:
                 session, _old = sessions.open(group_id, member_id, conn.id)
-            except SessionError as exc:
+            except KafkaError:
                 await asyncio.sleep(max(body.max_wait.total_seconds(), 0.0))  # Kafka delays this refusal
-                raise RequestError(exc.code, exc.message) from None
+                raise
             bind_to_connection(broker, conn)
             for key in requested:
                 session.add(key)
         else:
-            try:
-                session = sessions.check(group_id, member_id, epoch)
-            except SessionError as exc:
-                raise RequestError(exc.code, exc.message) from None
+            session = sessions.check(group_id, member_id, epoch)
             if epoch != FINAL_EPOCH:
                 for key in requested:
                     session.add(key)
@@ -158,7 +155,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                     for index in t.partitions:
                         session.forget((t.topic_id, index))
                 session.bump()
-    except RequestError as exc:
+    except KafkaError as exc:
         return top_error(exc.code, exc.message)
 
     entries: dict[tuple[Any, int], dict[str, Any]] = {}

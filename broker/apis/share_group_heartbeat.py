@@ -8,9 +8,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
-from sharebroker.broker.groups.share_group import HeartbeatError
+
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.groups")
 
@@ -21,7 +22,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     body = req.body
     try:
         result = await broker.share_groups.heartbeat(body, conn)
-    except HeartbeatError as exc:
+    except KafkaError as exc:
         log.warning("share group heartbeat refused", conn=conn.id, group=body.group_id, member=body.member_id,
                     epoch=body.member_epoch, error=exc.code.name, message=exc.message)
         return build(cls, {"throttle_time": 0, "error_code": exc.code, "error_message": exc.message,

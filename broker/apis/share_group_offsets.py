@@ -8,8 +8,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
-from sharebroker.broker.groups.share_group import HeartbeatError
+
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.errors import KafkaError
 
 
 @api(90)
@@ -37,7 +38,7 @@ async def alter(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     offsets = {t.topic_name: {p.partition_index: p.start_offset for p in t.partitions} for t in body.topics}
     try:
         results = await broker.share_groups.alter_offsets(body.group_id, offsets)
-    except HeartbeatError as exc:
+    except KafkaError as exc:
         return build(cls, {"throttle_time": 0, "error_code": exc.code, "error_message": exc.message, "responses": ()})
     responses = []
     for name, parts in results.items():
@@ -55,7 +56,7 @@ async def delete(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     cls = response_class(92, req.api_version)
     try:
         results = await broker.share_groups.delete_offsets(body.group_id, [t.topic_name for t in body.topics])
-    except HeartbeatError as exc:
+    except KafkaError as exc:
         return build(cls, {"throttle_time": 0, "error_code": exc.code, "error_message": exc.message, "responses": ()})
     return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": [
         {"topic_name": name, "topic_id": tid, "error_code": code, "error_message": message}

@@ -11,8 +11,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
-from sharebroker.broker.share_state.store import PersisterError, StateBatch
+from sharebroker.broker.share_state.store import StateBatch
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.errors import KafkaError
 
 
 async def _per_partition(broker: Any, req: DecodedRequest,
@@ -25,9 +26,9 @@ async def _per_partition(broker: Any, req: DecodedRequest,
             entry: dict[str, Any] = {"partition": p.partition, "error_code": ErrorCode.none, "error_message": None}
             try:
                 if not body.group_id:
-                    raise PersisterError(ErrorCode.invalid_request, "Group id can't be empty.")
+                    raise KafkaError(ErrorCode.invalid_request, "Group id can't be empty.")
                 entry.update(await op(broker.share_persister, body.group_id, t.topic_id, p))
-            except PersisterError as exc:
+            except KafkaError as exc:
                 entry.update(error_code=exc.code, error_message=exc.message)
             parts.append(entry)
         results.append({"topic_id": t.topic_id, "partitions": parts})

@@ -11,28 +11,22 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import api
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
+from sharebroker.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from sharebroker.config import ConfigError, describe_topic_configs, validate_topic_overrides
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.admin")
-
-
-class AdminError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _check_replication(broker: Any, replication_factor: int) -> None:
     if replication_factor == -1:
         replication_factor = broker.config["default.replication.factor"]
     if replication_factor <= 0:
-        raise AdminError(ErrorCode.invalid_replication_factor,
+        raise KafkaError(ErrorCode.invalid_replication_factor,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
     if replication_factor > 1:
-        raise AdminError(ErrorCode.invalid_replication_factor,
+        raise KafkaError(ErrorCode.invalid_replication_factor,
                          f"Unable to replicate the partition {replication_factor} time(s): The target replication "
                          f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
 
@@ -40,21 +34,18 @@ def _check_replication(broker: Any, replication_factor: int) -> None:
 def _check_assignment(broker: Any, broker_ids: Any) -> None:
     ids = list(broker_ids or ())
     if not ids or any(i != broker.node_id for i in ids) or len(set(ids)) != len(ids):
-        raise AdminError(ErrorCode.invalid_replica_assignment,
+        raise KafkaError(ErrorCode.invalid_replica_assignment,
                          f"The manual partition assignment includes broker ids {ids}, but the only registered "
                          f"broker is {broker.node_id}.")
 
 
 def _validate_new_topic(broker: Any, name: str) -> None:
-    try:
-        validate_topic_name(name)
-    except TopicError as exc:
-        raise AdminError(ErrorCode(exc.code), exc.message) from None
+    validate_topic_name(name)
     if broker.topics.get(name) is not None:
-        raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     other = broker.topics.collision(name)
     if other is not None:
-        raise AdminError(ErrorCode.invalid_topic_exception,
+        raise KafkaError(ErrorCode.invalid_topic_exception,
                          f"Topic '{name}' collides with existing topic: {other}")
 
 
@@ -69,8 +60,8 @@ async def auto_create(broker: Any, name: str) -> ErrorCode:
         return ErrorCode.unknown_topic_or_partition
     try:
         validate_topic_name(name)
-    except TopicError as exc:
-        return ErrorCode(exc.code)
+    except KafkaError as exc:
+        return exc.code
     if name in INTERNAL_TOPICS:
         # Their coordinators create them on first use with their own partition counts and
         # settings; num.partitions would break the group-to-partition mapping.
@@ -91,7 +82,7 @@ def _create_auto(broker: Any, name: str) -> None:
         _validate_new_topic(broker, name)
         _check_replication(broker, -1)
         broker.topics.create(name, broker.config["num.partitions"], {}, now_ms())
-    except AdminError as exc:
+    except KafkaError as exc:
         level = log.info if exc.code == ErrorCode.topic_already_exists else log.warning
         level("auto topic creation refused", topic=name, error=exc.code.name, message=exc.message)
     except Exception:  # noqa: BLE001 - a failure (a full disk, a bug) is logged, the client retries
@@ -114,18 +105,18 @@ async def create_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                                  "topic_config_error_code": 0}
         try:
             if counts[t.name] > 1:
-                raise AdminError(ErrorCode.invalid_request,
+                raise KafkaError(ErrorCode.invalid_request,
                                  f"Create topics request from client `{conn.client_id}` contains multiple entries "
                                  f"for the following topics: {t.name}")
             _validate_new_topic(broker, t.name)
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
-                    raise AdminError(ErrorCode.invalid_request,
+                    raise KafkaError(ErrorCode.invalid_request,
                                      "Both numPartitions or replicationFactor and replicasAssignments were set. "
                                      "Both cannot be used at the same time.")
                 indexes = sorted(a.partition_index for a in t.assignments)
                 if indexes != list(range(len(indexes))):
-                    raise AdminError(ErrorCode.invalid_replica_assignment,
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
                                      "Partitions should be a consecutive 0-based integer sequence")
                 for a in t.assignments:
                     _check_assignment(broker, a.broker_ids)
@@ -135,19 +126,19 @@ async def create_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                 if partitions == -1:
                     partitions = broker.config["num.partitions"]
                 if partitions <= 0:
-                    raise AdminError(ErrorCode.invalid_partitions,
+                    raise KafkaError(ErrorCode.invalid_partitions,
                                      "Number of partitions was set to an invalid non-positive value.")
                 _check_replication(broker, t.replication_factor)
             try:
                 overrides = validate_topic_overrides({c.name: c.value for c in t.configs})
             except ConfigError as exc:
-                raise AdminError(ErrorCode.invalid_config, str(exc)) from None
+                raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
             if not body.validate_only:
                 topic = broker.topics.create(t.name, partitions, overrides, now_ms())
                 entry["topic_id"] = topic.topic_id
             entry.update(num_partitions=partitions, replication_factor=1,
                          configs=_config_entries(broker, overrides))
-        except AdminError as exc:
+        except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
             log.warning("create topic refused", topic=t.name, error=exc.code.name, message=exc.message)
         results.append(entry)
@@ -168,21 +159,21 @@ async def delete_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none, "error_message": None}
         try:
             if name is not None and topic_id is not None:
-                raise AdminError(ErrorCode.invalid_request, "Only one of topic name or topic id may be given.")
+                raise KafkaError(ErrorCode.invalid_request, "Only one of topic name or topic id may be given.")
             if name is not None and name_counts[name] > 1:
-                raise AdminError(ErrorCode.invalid_request, "Duplicate topic name.")
+                raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
             topic = broker.topics.get(name) if name is not None else broker.topics.get_by_id(topic_id)
             if topic is None:
                 if name is None:
-                    raise AdminError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist.")
-                raise AdminError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+                    raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist.")
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
             entry.update(name=topic.name, topic_id=topic.topic_id)
             if not broker.config["delete.topic.enable"]:
-                raise AdminError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+                raise KafkaError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
             if topic.internal:
-                raise AdminError(ErrorCode.invalid_request, f"Cannot delete internal topic {topic.name}.")
+                raise KafkaError(ErrorCode.invalid_request, f"Cannot delete internal topic {topic.name}.")
             await broker.delete_topic(topic.name)
-        except AdminError as exc:
+        except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
         responses.append(entry)
     return build(response_class(20, v), {"throttle_time": 0, "responses": responses})
@@ -197,26 +188,26 @@ async def create_partitions(broker: Any, conn: Any, req: DecodedRequest) -> Any:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
             if counts[t.name] > 1:
-                raise AdminError(ErrorCode.invalid_request, "Duplicate topic in request.")
+                raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
             topic = broker.topics.get(t.name)
             if topic is None:
-                raise AdminError(ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist.")
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist.")
             current = len(topic.partitions)
             if t.count < current:
-                raise AdminError(ErrorCode.invalid_partitions,
+                raise KafkaError(ErrorCode.invalid_partitions,
                                  f"Topic currently has {current} partitions, which is higher than the requested {t.count}.")
             if t.count == current:
-                raise AdminError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
+                raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
             if t.assignments is not None:
                 if len(t.assignments) != t.count - current:
-                    raise AdminError(ErrorCode.invalid_replica_assignment,
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
                                      f"Attempted to add {t.count - current} additional partition(s), but only "
                                      f"{len(t.assignments)} assignment(s) were specified.")
                 for a in t.assignments:
                     _check_assignment(broker, a.broker_ids)
             if not body.validate_only:
                 broker.add_partitions(t.name, t.count)
-        except AdminError as exc:
+        except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
         results.append(entry)
     return build(response_class(37, req.api_version), {"throttle_time": 0, "results": results})

@@ -16,17 +16,17 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.groups import records as grec
 from sharebroker.broker.groups.share_group import (
-    HeartbeatError,
     ShareGroup,
     ShareMember,
     TopicInfo,
     validate_heartbeat,
 )
 from sharebroker.broker.share.partition import ShareLimits
-from sharebroker.broker.share_state.store import PersisterError
+
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config import ConfigError, GroupConfig, group_config, validate_group_configs
 from sharebroker.storage import write_atomic
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.groups")
 
@@ -209,11 +209,11 @@ class ShareGroupCoordinator:
     async def _heartbeat(self, body: Any, conn: Any, subscribed: tuple[str, ...] | None) -> dict[str, Any]:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         if self.broker.group_type(group_id) not in (None, "share"):
-            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         group = self.groups.get(group_id)
         if group is None:
             if epoch != 0:  # only a join creates a group; groups survive restarts, so this is a real miss
-                raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+                raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
             group = ShareGroup(group_id)
             self.groups[group_id] = group
             log.info("share group created", group=group_id)
@@ -251,7 +251,7 @@ class ShareGroupCoordinator:
         for info, index, start in todo:
             try:
                 await self.broker.share_persister.initialize(group.group_id, info.topic_id, index, state_epoch, start)
-            except PersisterError as exc:
+            except KafkaError as exc:
                 log.warning("share partition initialization failed", group=group.group_id, topic=info.name,
                             partition=index, error=exc.code.name, message=exc.message)
                 continue
@@ -320,18 +320,18 @@ class ShareGroupCoordinator:
 
     def _require_empty_share_group(self, group_id: str, *, create: bool) -> ShareGroup:
         if not group_id:
-            raise HeartbeatError(ErrorCode.invalid_group_id, "The group id can't be empty.")
+            raise KafkaError(ErrorCode.invalid_group_id, "The group id can't be empty.")
         kind = self.broker.group_type(group_id)
         if kind not in (None, "share"):
-            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         group = self.groups.get(group_id)
         if group is None:
             if not create:
-                raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+                raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
             group = self.groups[group_id] = ShareGroup(group_id)
         if group.members:
-            raise HeartbeatError(ErrorCode.non_empty_group,
-                                 f"The group {group_id} has active members; stop them before this operation.")
+            raise KafkaError(ErrorCode.non_empty_group,
+                             f"The group {group_id} has active members; stop them before this operation.")
         return group
 
     async def alter_offsets(self, group_id: str, offsets: dict[str, dict[int, int]]) -> dict[str, dict[int, tuple[ErrorCode, str | None]]]:
@@ -356,7 +356,7 @@ class ShareGroupCoordinator:
                     continue
                 try:
                     await self.broker.share_persister.initialize(group_id, topic.topic_id, index, state_epoch, start)
-                except PersisterError as exc:
+                except KafkaError as exc:
                     results[name][index] = (exc.code, exc.message)
                     continue
                 self._drop_leaders(group_id, topic.topic_id, [index])
@@ -402,15 +402,15 @@ class ShareGroupCoordinator:
         async with self._serialized(group_id):
             try:
                 group = self._require_empty_share_group(group_id, create=False)
-            except HeartbeatError as exc:
+            except KafkaError as exc:
                 return exc.code, exc.message
             deleting = {tid: sorted(parts) for tid, parts in group.initialized.items()}
-            failure: PersisterError | None = None
+            failure: KafkaError | None = None
             for topic_id, parts in deleting.items():
                 try:
                     for index in parts:
                         await self.broker.share_persister.delete(group_id, topic_id, index)
-                except PersisterError as exc:
+                except KafkaError as exc:
                     failure = exc
                     break
                 finally:

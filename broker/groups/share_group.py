@@ -15,16 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+from sharebroker.protocol.errors import KafkaError
 
 EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
 MAX_MEMBER_ID_LENGTH = 36
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +114,8 @@ class ShareGroup:
         if member_epoch == -1:
             member = self.members.get(member_id)
             if member is None:
-                raise HeartbeatError(ErrorCode.unknown_member_id,
-                                     f"Member {member_id} is not a member of group {self.group_id}.")
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {member_id} is not a member of group {self.group_id}.")
             self.remove_member(member_id)
             return HeartbeatResult(member_id, -1, None)
         member = self.members.get(member_id)
@@ -129,19 +123,19 @@ class ShareGroup:
         if joining:
             if member is None:
                 if len(self.members) >= max_size:
-                    raise HeartbeatError(ErrorCode.group_max_size_reached,
-                                         f"The share group {self.group_id} has reached its maximum capacity of {max_size} members.")
+                    raise KafkaError(ErrorCode.group_max_size_reached,
+                                     f"The share group {self.group_id} has reached its maximum capacity of {max_size} members.")
                 member = ShareMember(member_id)
                 self.members[member_id] = member
                 self.epoch += 1
         else:
             if member is None:
-                raise HeartbeatError(ErrorCode.unknown_member_id,
-                                     f"Member {member_id} is not a member of group {self.group_id}.")
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {member_id} is not a member of group {self.group_id}.")
             if member_epoch != member.epoch and member_epoch != member.previous_epoch:
-                raise HeartbeatError(ErrorCode.fenced_member_epoch,
-                                     f"The share group member has an invalid epoch {member_epoch}; "
-                                     f"its current epoch is {member.epoch}.")
+                raise KafkaError(ErrorCode.fenced_member_epoch,
+                                 f"The share group member has an invalid epoch {member_epoch}; "
+                                 f"its current epoch is {member.epoch}.")
         member.client_id = client_id
         member.client_host = client_host
         if rack_id is not None:
@@ -253,13 +247,13 @@ def validate_heartbeat(group_id: str | None, member_id: str | None, member_epoch
     """Request validation in Kafka's order (§9.1), raising INVALID_REQUEST with its messages."""
     if member_id is None or member_id == "" or len(member_id) > MAX_MEMBER_ID_LENGTH:
         if member_id == "":
-            raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
-        raise HeartbeatError(ErrorCode.invalid_request, "Invalid member id in the request.")
+            raise KafkaError(ErrorCode.invalid_request, "MemberId can't be empty.")
+        raise KafkaError(ErrorCode.invalid_request, "Invalid member id in the request.")
     if group_id is None or group_id == "":
-        raise HeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
+        raise KafkaError(ErrorCode.invalid_request, "GroupId can't be empty.")
     if rack_id is not None and rack_id == "":
-        raise HeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
+        raise KafkaError(ErrorCode.invalid_request, "RackId can't be empty.")
     if member_epoch == 0 and not subscribed:
-        raise HeartbeatError(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
+        raise KafkaError(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
     if member_epoch < -1:
-        raise HeartbeatError(ErrorCode.invalid_request, "MemberEpoch is invalid.")
+        raise KafkaError(ErrorCode.invalid_request, "MemberEpoch is invalid.")

@@ -1,15 +1,12 @@
 """Share-partition leader: the pure in-flight state machine (partition.py, inflight.py)."""
 
 from sharebroker.broker.share.partition import (
-    INVALID_RECORD_STATE,
-    INVALID_REQUEST,
     AcknowledgeType,
     AcquiredRange,
     AcquireMode,
     LogBatch,
     PersistedBatch,
     RecordState,
-    ShareError,
     ShareLimits,
     SharePartition,
     StateWrite,
@@ -17,15 +14,12 @@ from sharebroker.broker.share.partition import (
 )
 
 __all__ = [
-    "INVALID_RECORD_STATE",
-    "INVALID_REQUEST",
     "AcknowledgeType",
     "AcquireMode",
     "AcquiredRange",
     "LogBatch",
     "PersistedBatch",
     "RecordState",
-    "ShareError",
     "ShareLimits",
     "SharePartition",
     "StateWrite",

@@ -18,16 +18,16 @@ from sharebroker.broker.share.partition import (
     AcquireMode,
     LogBatch,
     PersistedBatch,
-    ShareError,
     ShareLimits,
     SharePartition,
     StateWrite,
 )
 from sharebroker.broker.share_state.persister import Persister
-from sharebroker.broker.share_state.store import PersisterError, StateBatch
+from sharebroker.broker.share_state.store import StateBatch
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.record_batch import iter_batch_headers
 from sharebroker.storage import OffsetOutOfRange
+from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
     from sharebroker.broker.topics import Partition
@@ -37,22 +37,17 @@ log = get_logger("sharebroker.share")
 LATEST, EARLIEST = -1, -2
 
 
-class LeaderError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _map_persister_error(exc: PersisterError) -> LeaderError:
+def _map_persister_error(exc: KafkaError) -> KafkaError:
+    """The code a share-partition leader answers for a persister failure, as Kafka's SharePartition
+    maps them: coordinator trouble is retriable, a fenced epoch means this leader is stale."""
     code = exc.code
     if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress):
-        return LeaderError(ErrorCode.coordinator_not_available, exc.message)
+        return KafkaError(ErrorCode.coordinator_not_available, exc.message)
     if code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
-        return LeaderError(ErrorCode.not_leader_or_follower, exc.message)
+        return KafkaError(ErrorCode.not_leader_or_follower, exc.message)
     if code in (ErrorCode.group_id_not_found, ErrorCode.unknown_topic_or_partition):
-        return LeaderError(ErrorCode(code), exc.message)
-    return LeaderError(ErrorCode.unknown_server_error, exc.message)
+        return exc
+    return KafkaError(ErrorCode.unknown_server_error, exc.message)
 
 
 @dataclass(slots=True)
@@ -124,7 +119,7 @@ class SharePartitionLeader:
     async def _load(self) -> None:
         try:
             state = await self.persister.read(self.group_id, self.topic_id, self.partition.index, self.partition.leader_epoch)
-        except PersisterError as exc:
+        except KafkaError as exc:
             raise _map_persister_error(exc) from None
         start = state.start_offset
         if start < 0:
@@ -134,7 +129,7 @@ class SharePartitionLeader:
         try:
             sp = SharePartition(start_offset=start, persisted=persisted)
         except ValueError as exc:
-            raise LeaderError(ErrorCode.unknown_server_error, f"Invalid persisted share state: {exc}") from None
+            raise KafkaError(ErrorCode.unknown_server_error, f"Invalid persisted share state: {exc}") from None
         self.state_epoch = state.state_epoch
         self._persisted_start = state.start_offset
         plog = self.partition.log
@@ -174,7 +169,7 @@ class SharePartitionLeader:
                 self.group_id, self.topic_id, self.partition.index, state_epoch=self.state_epoch,
                 leader_epoch=self.partition.leader_epoch, start_offset=write.start_offset,
                 delivery_complete_count=write.delivery_complete_count, batches=batches)
-        except PersisterError as exc:
+        except KafkaError as exc:
             self._writes_in_flight -= 1
             if write.kind == "expiry" or ignore_failure:
                 sp.commit(write, now_ms=self.clock.monotonic_ms())
@@ -266,14 +261,11 @@ class SharePartitionLeader:
     # -- acknowledgement and release -------------------------------------------------------------
 
     async def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], *, is_renew: bool) -> None:
-        """Apply acknowledgements; raises LeaderError with the partition's error code."""
+        """Apply acknowledgements; raises KafkaError with the partition's error code."""
         sp = await self.ensure_loaded()
         self._expire_due()
         limits = self.owner.limits(self.group_id)
-        try:
-            write = sp.acknowledge(member_id, batches, limits=limits, now_ms=self.clock.monotonic_ms(), is_renew=is_renew)
-        except ShareError as exc:
-            raise LeaderError(ErrorCode(exc.code), exc.message) from None
+        write = sp.acknowledge(member_id, batches, limits=limits, now_ms=self.clock.monotonic_ms(), is_renew=is_renew)
         if write is None:
             self._arm_timer()
             return
@@ -286,7 +278,7 @@ class SharePartitionLeader:
         if write is not None:
             try:
                 await self._persist(write)
-            except LeaderError:
+            except KafkaError:
                 pass  # already logged; the records come back through lock expiry
 
     # -- lock expiry -----------------------------------------------------------------------------
@@ -349,4 +341,4 @@ class SharePartitionLeader:
         self.fenced = True
 
 
-__all__ = ["SharePartitionLeader", "LeaderError", "Acquisition"]
+__all__ = ["SharePartitionLeader", "Acquisition"]

@@ -39,25 +39,20 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from sharebroker.broker.share.inflight import TERMINAL_STATES, InFlightMap, Piece, RecordState, Txn
+from sharebroker.protocol.errors import ErrorCode, KafkaError
 
 __all__ = [
-    "INVALID_RECORD_STATE",
-    "INVALID_REQUEST",
     "AcknowledgeType",
     "AcquireMode",
     "AcquiredRange",
     "LogBatch",
     "PersistedBatch",
     "RecordState",
-    "ShareError",
     "ShareLimits",
     "SharePartition",
     "StateWrite",
     "validate_acknowledgement_batches",
 ]
-
-INVALID_REQUEST = 42
-INVALID_RECORD_STATE = 121
 
 AVAILABLE = RecordState.AVAILABLE
 ACQUIRED = RecordState.ACQUIRED
@@ -119,18 +114,6 @@ class ShareLimits:
     renew_enabled: bool = True
 
 
-class ShareError(Exception):
-    """An error for the partition's acknowledgement result, carrying the Kafka error code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"ShareError({self.code}, {self.message!r})"
-
-
 @dataclass(eq=False)
 class StateWrite:
     """What one WriteShareGroupState call must persist, plus the transitions it settles.
@@ -152,7 +135,7 @@ def validate_acknowledgement_batches(
 ) -> str | None:
     """Request-level checks of one partition's acknowledgement batches (spec 5.7 A).
 
-    Returns an error message (the partition is answered INVALID_REQUEST) or None. ``version`` is
+    Returns an error message (the partition is answered ErrorCode.invalid_request) or None. ``version`` is
     the ShareFetch/ShareAcknowledge version: RENEW (4) exists from v2.
     """
     prev_last = -1
@@ -636,7 +619,7 @@ class SharePartition:
                     limits: ShareLimits, now_ms: int, is_renew: bool = False) -> StateWrite | None:
         """Apply one request's acknowledgement batches for this partition (spec 5.7 B).
 
-        The first invalid batch raises ShareError after rolling back every transition this call
+        The first invalid batch raises KafkaError after rolling back every transition this call
         started. Returns the write to persist, or None when nothing needs persisting (everything
         below SPSO, or only RENEW: renewals restart the lock at once and persist nothing).
         """
@@ -646,15 +629,15 @@ class SharePartition:
             for first, last, types in batches:
                 types = list(types)
                 if not types or any(t < 0 or t > AcknowledgeType.RENEW for t in types):
-                    raise ShareError(INVALID_REQUEST, f"Invalid acknowledge type: {types}")
+                    raise KafkaError(ErrorCode.invalid_request, f"Invalid acknowledge type: {types}")
                 if first > last or (len(types) > 1 and len(types) != last - first + 1):
-                    raise ShareError(INVALID_REQUEST, f"Invalid acknowledgement batch {first}-{last} with types {types}")
+                    raise KafkaError(ErrorCode.invalid_request, f"Invalid acknowledgement batch {first}-{last} with types {types}")
                 if not is_renew and AcknowledgeType.RENEW in types:
-                    raise ShareError(INVALID_REQUEST, "Acknowledge type RENEW is only allowed when IsRenewAck is true.")
+                    raise KafkaError(ErrorCode.invalid_request, "Acknowledge type RENEW is only allowed when IsRenewAck is true.")
                 if last < self.start_offset:
                     continue  # already complete: silently ignored
                 self._acknowledge_batch(member_id, first, last, types, txn, out, limits, now_ms)
-        except ShareError:
+        except KafkaError:
             self._rollback_txn(txn, limits, now_ms)
             if batches:
                 self._map.coalesce(min(b[0] for b in batches), max(b[1] for b in batches))
@@ -672,14 +655,14 @@ class SharePartition:
             if first < spso <= last:
                 i = m.floor_batch_index(spso)
             if i < 0:
-                raise ShareError(INVALID_RECORD_STATE,
+                raise KafkaError(ErrorCode.invalid_record_state,
                                  "Batch record not found. The request batch offsets are not found in the cache.")
         pieces = m.pieces
         keys = m.batches_between(pieces[i].bfirst, last)
         if keys[-1][1] < first:
-            raise ShareError(INVALID_REQUEST, "Batch record not found. The first offset in request is past acquired records.")
+            raise KafkaError(ErrorCode.invalid_request, "Batch record not found. The first offset in request is past acquired records.")
         if last > keys[-1][1]:
-            raise ShareError(INVALID_REQUEST, "Batch record not found. The last offset in request is past acquired records.")
+            raise KafkaError(ErrorCode.invalid_request, "Batch record not found. The last offset in request is past acquired records.")
         per_offset_types = len(types) > 1
         for bfirst, blast in keys:
             if blast < self.start_offset:
@@ -689,25 +672,25 @@ class SharePartition:
             whole = gj - gi == 1 and head.first == bfirst and head.last == blast
             if whole:
                 if head.owner == "":
-                    raise ShareError(INVALID_RECORD_STATE,
+                    raise KafkaError(ErrorCode.invalid_record_state,
                                      "The batch cannot be acknowledged. The batch is not in the acquired state.")
                 if head.owner != member_id:
-                    raise ShareError(INVALID_RECORD_STATE, "Member is not the owner of batch record")
+                    raise KafkaError(ErrorCode.invalid_record_state, "Member is not the owner of batch record")
                 if head.txn is not None:
-                    raise ShareError(INVALID_RECORD_STATE,
+                    raise KafkaError(ErrorCode.invalid_record_state,
                                      "The record state is invalid. The acknowledgement of delivery could not be completed.")
             full_match = bfirst >= first and blast <= last
             start_moved = bfirst < self.start_offset <= blast
             if not full_match or not whole or per_offset_types or start_moved:
                 if whole and head.state is not ACQUIRED:
-                    raise ShareError(INVALID_RECORD_STATE,
+                    raise KafkaError(ErrorCode.invalid_record_state,
                                      "The batch cannot be acknowledged. The subset batch is not in the acquired state.")
                 lo = max(first, bfirst, self.start_offset)
                 hi = min(last, blast)
                 self._acknowledge_offsets(member_id, first, lo, hi, types, txn, out, limits, now_ms)
                 continue
             if head.state is not ACQUIRED:
-                raise ShareError(INVALID_RECORD_STATE,
+                raise KafkaError(ErrorCode.invalid_record_state,
                                  "The batch cannot be acknowledged. The batch is not in the acquired state.")
             ack = AcknowledgeType(types[0])
             if ack is AcknowledgeType.RENEW:
@@ -723,14 +706,14 @@ class SharePartition:
             i = m.index_at_or_after(cur)
             p = m.pieces[i]
             if p.first > cur:  # a hole inside a batch cannot happen; be strict anyway
-                raise ShareError(INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
+                raise KafkaError(ErrorCode.invalid_record_state, "The offset cannot be acknowledged. The offset is not acquired.")
             if p.state is not ACQUIRED:
-                raise ShareError(INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
+                raise KafkaError(ErrorCode.invalid_record_state, "The offset cannot be acknowledged. The offset is not acquired.")
             if p.txn is not None:
-                raise ShareError(INVALID_RECORD_STATE,
+                raise KafkaError(ErrorCode.invalid_record_state,
                                  "The record state is invalid. The acknowledgement of delivery could not be completed.")
             if p.owner != member_id:
-                raise ShareError(INVALID_RECORD_STATE, "Member is not the owner of offset")
+                raise KafkaError(ErrorCode.invalid_record_state, "Member is not the owner of offset")
             seg_hi = min(hi, p.last)
             if len(types) == 1:
                 runs = [(cur, seg_hi, types[0])]
@@ -744,7 +727,7 @@ class SharePartition:
             for a, b, t in runs:
                 ack = AcknowledgeType(t)
                 if ack is AcknowledgeType.RENEW and not limits.renew_enabled:
-                    raise ShareError(INVALID_RECORD_STATE, "Renewing acquisition locks is not enabled for the group.")
+                    raise KafkaError(ErrorCode.invalid_record_state, "Renewing acquisition locks is not enabled for the group.")
                 k = m.isolate(m.index_at_or_after(a), a, b)
                 q = m.pieces[k]
                 if ack is AcknowledgeType.RENEW:
@@ -755,7 +738,7 @@ class SharePartition:
 
     def _renew(self, p: Piece, limits: ShareLimits, now_ms: int) -> None:
         if not limits.renew_enabled:
-            raise ShareError(INVALID_RECORD_STATE, "Renewing acquisition locks is not enabled for the group.")
+            raise KafkaError(ErrorCode.invalid_record_state, "Renewing acquisition locks is not enabled for the group.")
         p.deadline = now_ms + limits.record_lock_duration_ms
         self._map.track_deadline(p)
 

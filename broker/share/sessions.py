@@ -10,19 +10,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+from sharebroker.protocol.errors import KafkaError
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 _INT32_MAX = 2**31 - 1
 
 TopicPartitionKey = tuple[uuid.UUID, int]
-
-
-class SessionError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(eq=False)
@@ -67,8 +61,8 @@ class ShareSessionCache:
         key = (group_id, member_id)
         old = self.sessions.pop(key, None)
         if old is None and len(self.sessions) >= self.max_sessions:
-            raise SessionError(ErrorCode.share_session_limit_reached,
-                               f"The share session cache is full ({self.max_sessions} sessions).")
+            raise KafkaError(ErrorCode.share_session_limit_reached,
+                             f"The share session cache is full ({self.max_sessions} sessions).")
         session = ShareSession(group_id, member_id, conn_id)
         self.sessions[key] = session
         return session, old
@@ -77,11 +71,11 @@ class ShareSessionCache:
         """Validate a non-initial epoch (N > 0 or -1)."""
         session = self.sessions.get((group_id, member_id))
         if session is None:
-            raise SessionError(ErrorCode.share_session_not_found,
-                               f"Share session for member {member_id} of group {group_id} was not found.")
+            raise KafkaError(ErrorCode.share_session_not_found,
+                             f"Share session for member {member_id} of group {group_id} was not found.")
         if epoch != FINAL_EPOCH and epoch != session.epoch:
-            raise SessionError(ErrorCode.invalid_share_session_epoch,
-                               f"Share session epoch {epoch} does not match the expected {session.epoch}.")
+            raise KafkaError(ErrorCode.invalid_share_session_epoch,
+                             f"Share session epoch {epoch} does not match the expected {session.epoch}.")
         return session
 
     def remove(self, session: ShareSession) -> None:

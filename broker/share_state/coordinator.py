@@ -25,7 +25,6 @@ from sharebroker.broker.internal_topics import append_records, ensure_topic, rea
 from sharebroker.broker.share_state import records as rec
 from sharebroker.broker.share_state.store import (
     Key,
-    PersisterError,
     ReadResult,
     ShareStateStore,
     SnapshotValue,
@@ -34,12 +33,13 @@ from sharebroker.broker.share_state.store import (
     Summary,
 )
 from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.share_state")
 
 STATE_TOPIC = "__share_group_state"
 
-__all__ = ["ShareCoordinator", "PersisterError", "ReadResult", "StateBatch", "Summary", "STATE_TOPIC"]
+__all__ = ["ShareCoordinator", "ReadResult", "StateBatch", "Summary", "STATE_TOPIC"]
 
 
 class ShareCoordinator:
@@ -119,7 +119,7 @@ class ShareCoordinator:
                 return await append_records(self.broker, partition, [(key_bytes, value)])
             except Exception as exc:
                 log.exception("share state append failed", state_partition=index)
-                raise PersisterError(ErrorCode.unknown_server_error, f"share state append failed: {exc}") from None
+                raise KafkaError(ErrorCode.unknown_server_error, f"share state append failed: {exc}") from None
             finally:
                 self._draining.discard(index)
                 if self._queues[index]:
@@ -171,7 +171,7 @@ class ShareCoordinator:
     def _fail(items: list[Any], exc: Exception) -> None:
         for _, fut in items:
             if not fut.done():
-                fut.set_exception(PersisterError(ErrorCode.unknown_server_error, f"share state append failed: {exc}"))
+                fut.set_exception(KafkaError(ErrorCode.unknown_server_error, f"share state append failed: {exc}"))
 
     async def _commit(self, record: StateRecord) -> None:
         """Append the record; only once it is durable (per the flush policy) apply it, through
@@ -205,8 +205,8 @@ class ShareCoordinator:
     def _check_partition(self, topic_id: uuid.UUID | None, partition: int) -> None:
         topic = self.broker.topics.get_by_id(topic_id)
         if topic is None or not 0 <= partition < len(topic.partitions):
-            raise PersisterError(ErrorCode.unknown_topic_or_partition,
-                                 f"Topic {topic_id} partition {partition} does not exist.")
+            raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                             f"Topic {topic_id} partition {partition} does not exist.")
 
     async def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int,
                          start_offset: int) -> None:

@@ -17,15 +17,9 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+from sharebroker.protocol.errors import KafkaError
 
 Key = tuple[str, uuid.UUID, int]
-
-
-class PersisterError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +170,7 @@ class ShareStateStore:
     @staticmethod
     def _check_key(topic_id: uuid.UUID | None, partition: int) -> None:
         if topic_id is None or partition < 0:
-            raise PersisterError(ErrorCode.invalid_request, "Invalid topic id or partition in the request.")
+            raise KafkaError(ErrorCode.invalid_request, "Invalid topic id or partition in the request.")
 
     # -- pure steps: check a request, return the records it needs -------------------------------
 
@@ -184,12 +178,12 @@ class ShareStateStore:
         """A fresh snapshot (wiping in-flight state), or None for an identical repeat."""
         self._check_key(key[1], key[2])
         if state_epoch < 0:
-            raise PersisterError(ErrorCode.invalid_request, "Invalid state epoch in the request.")
+            raise KafkaError(ErrorCode.invalid_request, "Invalid state epoch in the request.")
         cur = self.states.get(key)
         if cur is not None:
             if cur.state_epoch > state_epoch:
-                raise PersisterError(ErrorCode.fenced_state_epoch,
-                                     f"Initialize request state epoch {state_epoch} is older than the stored {cur.state_epoch}.")
+                raise KafkaError(ErrorCode.fenced_state_epoch,
+                                 f"Initialize request state epoch {state_epoch} is older than the stored {cur.state_epoch}.")
             if cur.state_epoch == state_epoch and cur.start_offset == start_offset:
                 return None
         return StateRecord(key, SNAPSHOT, SnapshotValue(
@@ -203,10 +197,10 @@ class ShareStateStore:
         self._check_key(key[1], key[2])
         cur = self.states.get(key)
         if cur is None:
-            raise PersisterError(ErrorCode.invalid_request, "Read of uninitialized share partition.")
+            raise KafkaError(ErrorCode.invalid_request, "Read of uninitialized share partition.")
         if leader_epoch < cur.leader_epoch:
-            raise PersisterError(ErrorCode.fenced_leader_epoch,
-                                 f"Leader epoch {leader_epoch} is older than the stored {cur.leader_epoch}.")
+            raise KafkaError(ErrorCode.fenced_leader_epoch,
+                             f"Leader epoch {leader_epoch} is older than the stored {cur.leader_epoch}.")
         record = None
         if leader_epoch > cur.leader_epoch:
             record = StateRecord(key, UPDATE, UpdateValue(cur.snapshot_epoch, leader_epoch, -1, -1, []))
@@ -217,16 +211,16 @@ class ShareStateStore:
         """The record of a write: an update, or a full snapshot every `snapshot_every` updates."""
         self._check_key(key[1], key[2])
         if state_epoch < 0 or leader_epoch < 0:
-            raise PersisterError(ErrorCode.invalid_request, "Invalid state or leader epoch in the request.")
+            raise KafkaError(ErrorCode.invalid_request, "Invalid state or leader epoch in the request.")
         cur = self.states.get(key)
         if cur is None:
-            raise PersisterError(ErrorCode.invalid_request, "Write to uninitialized share partition.")
+            raise KafkaError(ErrorCode.invalid_request, "Write to uninitialized share partition.")
         if cur.leader_epoch > leader_epoch:
-            raise PersisterError(ErrorCode.fenced_leader_epoch,
-                                 f"Leader epoch {leader_epoch} is older than the stored {cur.leader_epoch}.")
+            raise KafkaError(ErrorCode.fenced_leader_epoch,
+                             f"Leader epoch {leader_epoch} is older than the stored {cur.leader_epoch}.")
         if cur.state_epoch > state_epoch:
-            raise PersisterError(ErrorCode.fenced_state_epoch,
-                                 f"State epoch {state_epoch} is older than the stored {cur.state_epoch}.")
+            raise KafkaError(ErrorCode.fenced_state_epoch,
+                             f"State epoch {state_epoch} is older than the stored {cur.state_epoch}.")
         if cur.updates_since_snapshot < self.snapshot_every:
             return StateRecord(key, UPDATE, UpdateValue(cur.snapshot_epoch, leader_epoch, start_offset,
                                                         delivery_complete_count,

@@ -17,10 +17,11 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.share.leader import SharePartitionLeader
 from sharebroker.broker.share.partition import ShareLimits
 from sharebroker.broker.share_state import records as rec
-from sharebroker.broker.share_state.store import PersisterError, ReadResult, ShareStateStore, StateBatch, StateRecord, Summary
+from sharebroker.broker.share_state.store import ReadResult, ShareStateStore, StateBatch, StateRecord, Summary
 from sharebroker.broker.topics import Partition
 from sharebroker.protocol.record_batch import encode_batch, parse_batches
 from sharebroker.storage import LogConfig, PartitionLog
+from sharebroker.protocol.errors import KafkaError
 
 NOW_WALL = 1_700_000_000_000
 
@@ -90,14 +91,14 @@ class MemoryPersister:
                     batches: list[StateBatch]) -> None:
         self.writes += 1
         if self.fence_writes:
-            raise PersisterError(ErrorCode.fenced_state_epoch, "fenced by the test")
+            raise KafkaError(ErrorCode.fenced_state_epoch, "fenced by the test")
         record = self.store.write((group_id, topic_id, partition), state_epoch=state_epoch,
                                   leader_epoch=leader_epoch, start_offset=start_offset,
                                   delivery_complete_count=delivery_complete_count, batches=batches,
                                   now_ms=NOW_WALL)
         if self.fail_writes:
             self.fail_writes -= 1
-            raise PersisterError(ErrorCode.unknown_server_error, "append failed (test)")
+            raise KafkaError(ErrorCode.unknown_server_error, "append failed (test)")
         await self._commit(record)
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:

@@ -8,12 +8,9 @@ import pytest
 from crc32c import crc32c
 from kio.records.readers import read_batch
 
+from sharebroker.protocol.errors import ErrorCode
 from sharebroker.protocol.record_batch import (
     BATCH_HEADER_SIZE,
-    CORRUPT_MESSAGE,
-    INVALID_RECORD,
-    MESSAGE_TOO_LARGE,
-    UNSUPPORTED_COMPRESSION_TYPE,
     BatchHeader,
     InvalidRecordError,
     assign_offsets,
@@ -91,7 +88,7 @@ def test_crc_mismatch_is_corrupt_message() -> None:
     buf[-1] ^= 0xFF
     with pytest.raises(InvalidRecordError) as exc:
         parse_batches(buf, verify_crc=True)
-    assert exc.value.code == CORRUPT_MESSAGE
+    assert exc.value.code == ErrorCode.corrupt_message
     assert "crc" in str(exc.value).lower()
     parse_batches(buf, verify_crc=False)  # header alone is fine
 
@@ -111,7 +108,7 @@ def test_truncated_batch_is_corrupt(cut: int) -> None:
     buf = batch(3)
     with pytest.raises(InvalidRecordError) as exc:
         parse_batches(buf[:-cut], verify_crc=False)
-    assert exc.value.code == CORRUPT_MESSAGE
+    assert exc.value.code == ErrorCode.corrupt_message
 
 
 @pytest.mark.parametrize("extra", [1, 11, 16, 40])
@@ -119,20 +116,21 @@ def test_trailing_partial_batch_is_corrupt(extra: int) -> None:
     buf = batch(2) + batch(2)[:extra]
     with pytest.raises(InvalidRecordError) as exc:
         parse_batches(buf, verify_crc=True)
-    assert exc.value.code == CORRUPT_MESSAGE
+    assert exc.value.code == ErrorCode.corrupt_message
 
 
 def test_length_below_header_and_overflow() -> None:
     with pytest.raises(InvalidRecordError) as exc:
         parse_batches(set_field(batch(1), ">i", 8, 30), verify_crc=False)
-    assert exc.value.code == CORRUPT_MESSAGE
+    assert exc.value.code == ErrorCode.corrupt_message
     with pytest.raises(InvalidRecordError) as exc:
         parse_batches(set_field(batch(1), ">i", 8, 10_000), verify_crc=False)
-    assert exc.value.code == CORRUPT_MESSAGE
+    assert exc.value.code == ErrorCode.corrupt_message
 
 
 def test_magic_values() -> None:
-    for magic, code in ((0, INVALID_RECORD), (1, INVALID_RECORD), (3, CORRUPT_MESSAGE), (-1, CORRUPT_MESSAGE)):
+    for magic, code in ((0, ErrorCode.invalid_record), (1, ErrorCode.invalid_record),
+                        (3, ErrorCode.corrupt_message), (-1, ErrorCode.corrupt_message)):
         with pytest.raises(InvalidRecordError) as exc:
             parse_batches(set_field(batch(1), ">b", 16, magic), verify_crc=False)
         assert exc.value.code == code, magic
@@ -142,7 +140,7 @@ def test_negative_count_delta_and_unknown_compression_are_corrupt() -> None:
     for fmt, at, value in ((">i", 57, -1), (">i", 23, -1), (">h", 21, 5)):
         with pytest.raises(InvalidRecordError) as exc:
             parse_batches(set_field(batch(1), fmt, at, value, fix_crc=True), verify_crc=True)
-        assert exc.value.code == CORRUPT_MESSAGE
+        assert exc.value.code == ErrorCode.corrupt_message
 
 
 def test_produce_records_accepts_one_valid_batch() -> None:
@@ -151,19 +149,19 @@ def test_produce_records_accepts_one_valid_batch() -> None:
 
 
 @pytest.mark.parametrize("make, code", [
-    (lambda: b"", INVALID_RECORD),
-    (lambda: batch(2) + batch(1), INVALID_RECORD),
-    (lambda: batch(2)[:-3], INVALID_RECORD),  # no whole batch at all
-    (lambda: batch(2) + b"\x00\x01", CORRUPT_MESSAGE),
-    (lambda: set_field(batch(2), ">q", 0, 5), INVALID_RECORD),  # baseOffset must be 0
-    (lambda: set_field(batch(2), ">i", 57, 3, fix_crc=True), INVALID_RECORD),  # count != delta + 1
-    (lambda: set_field(batch(2), ">i", 57, 0, fix_crc=True), INVALID_RECORD),
-    (lambda: batch(1, control=True), INVALID_RECORD),
-    (lambda: batch(1, producer_id=5, producer_epoch=0, base_sequence=-1), INVALID_RECORD),
-    (lambda: set_field(batch(1), ">b", 16, 1), INVALID_RECORD),
-    (lambda: set_field(batch(1), ">i", 8, 5), CORRUPT_MESSAGE),  # below Kafka's minimum record size
-    (lambda: set_field(batch(1), ">i", 8, 40), CORRUPT_MESSAGE),  # whole but smaller than a v2 header
-    (lambda: set_field(batch(2), ">i", 30, 1), CORRUPT_MESSAGE),  # CRC
+    (lambda: b"", ErrorCode.invalid_record),
+    (lambda: batch(2) + batch(1), ErrorCode.invalid_record),
+    (lambda: batch(2)[:-3], ErrorCode.invalid_record),  # no whole batch at all
+    (lambda: batch(2) + b"\x00\x01", ErrorCode.corrupt_message),
+    (lambda: set_field(batch(2), ">q", 0, 5), ErrorCode.invalid_record),  # baseOffset must be 0
+    (lambda: set_field(batch(2), ">i", 57, 3, fix_crc=True), ErrorCode.invalid_record),  # count != delta + 1
+    (lambda: set_field(batch(2), ">i", 57, 0, fix_crc=True), ErrorCode.invalid_record),
+    (lambda: batch(1, control=True), ErrorCode.invalid_record),
+    (lambda: batch(1, producer_id=5, producer_epoch=0, base_sequence=-1), ErrorCode.invalid_record),
+    (lambda: set_field(batch(1), ">b", 16, 1), ErrorCode.invalid_record),
+    (lambda: set_field(batch(1), ">i", 8, 5), ErrorCode.corrupt_message),  # below Kafka's minimum record size
+    (lambda: set_field(batch(1), ">i", 8, 40), ErrorCode.corrupt_message),  # whole but smaller than a v2 header
+    (lambda: set_field(batch(2), ">i", 30, 1), ErrorCode.corrupt_message),  # CRC
 ])
 def test_produce_records_refusals(make, code) -> None:
     with pytest.raises(InvalidRecordError) as exc:
@@ -175,12 +173,12 @@ def test_produce_records_size_and_zstd_version() -> None:
     buf = batch(3)
     with pytest.raises(InvalidRecordError) as exc:
         parse_produce_records(buf, max_message_bytes=len(buf) - 1)
-    assert exc.value.code == MESSAGE_TOO_LARGE
+    assert exc.value.code == ErrorCode.message_too_large
     parse_produce_records(buf, max_message_bytes=len(buf))
     zstd = set_field(batch(1), ">h", 21, 4, fix_crc=True)
     with pytest.raises(InvalidRecordError) as exc:
         parse_produce_records(zstd, api_version=6)
-    assert exc.value.code == UNSUPPORTED_COMPRESSION_TYPE
+    assert exc.value.code == ErrorCode.unsupported_compression_type
     parse_produce_records(zstd, api_version=7)
 
 
@@ -272,4 +270,4 @@ def test_record_timestamps_of_garbage_records_is_corrupt() -> None:
     struct.pack_into(">i", buf, 8, len(buf) - 12)
     with pytest.raises(InvalidRecordError) as exc:
         record_timestamps(buf)
-    assert exc.value.code == CORRUPT_MESSAGE
+    assert exc.value.code == ErrorCode.corrupt_message

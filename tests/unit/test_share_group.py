@@ -15,12 +15,12 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.groups.share_group import (
     EMPTY,
     STABLE,
-    HeartbeatError,
     ShareGroup,
     TopicInfo,
     assign_partitions,
     validate_heartbeat,
 )
+from sharebroker.protocol.errors import KafkaError
 
 TIMEOUT = 45_000
 MAX_SIZE = 200
@@ -66,8 +66,8 @@ def parts(g: ShareGroup, member: str, info: TopicInfo) -> set[int]:
     return set(g.target.get(member, {}).get(info.topic_id, frozenset()))
 
 
-def raises(code: ErrorCode, fn, *args, **kwargs) -> HeartbeatError:
-    with pytest.raises(HeartbeatError) as exc:
+def raises(code: ErrorCode, fn, *args, **kwargs) -> KafkaError:
+    with pytest.raises(KafkaError) as exc:
         fn(*args, **kwargs)
     assert exc.value.code == code, (exc.value.code, exc.value.message)
     return exc.value

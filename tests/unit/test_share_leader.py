@@ -10,9 +10,10 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.share.leader import LeaderError, SharePartitionLeader
+from sharebroker.broker.share.leader import SharePartitionLeader
 from sharebroker.broker.share.partition import AcquireMode, RecordState, ShareLimits
 from tests.unit.share_leader_support import Host, ManualClock, MemoryPersister, append_jobs, open_partition
+from sharebroker.protocol.errors import KafkaError
 
 GROUP = "workers"
 LOCK_MS = 30_000
@@ -116,7 +117,7 @@ async def test_failed_write_rolls_back_and_the_store_is_untouched(tmp_path):
     (r,) = acquire(leader, n=1)
     before = persister.store.summary((GROUP, leader.topic_id, 0))
     persister.fail_writes = 1
-    with pytest.raises(LeaderError) as err:
+    with pytest.raises(KafkaError) as err:
         await leader.acknowledge("m1", [(r.first_offset, r.first_offset, [ACCEPT])], is_renew=False)
     assert err.value.code == ErrorCode.unknown_server_error
     assert persister.store.summary((GROUP, leader.topic_id, 0)) == before
@@ -132,7 +133,7 @@ async def test_fenced_write_unloads_the_leader_and_keeps_durable_state(tmp_path)
     await leader.acknowledge("m1", [(0, 0, [ACCEPT])], is_renew=False)
     acquire(leader, n=1)
     persister.fence_writes = True
-    with pytest.raises(LeaderError) as err:
+    with pytest.raises(KafkaError) as err:
         await leader.acknowledge("m1", [(1, 1, [ACCEPT])], is_renew=False)
     assert err.value.code == ErrorCode.not_leader_or_follower
     assert host.dropped == [leader] and leader.fenced

@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sharebroker.broker.share.leader import LeaderError, SharePartitionLeader
+from sharebroker.broker.share.leader import SharePartitionLeader
 from sharebroker.broker.share.partition import AcquireMode, RecordState
 from tests.unit.share_leader_support import Host, ManualClock, MemoryPersister, append_jobs, open_partition
 from tests.unit.test_share_leader import GROUP, LIMITS, LOCK_MS
+from sharebroker.protocol.errors import KafkaError
 
 RECORDS = 24
 MEMBERS = ("m1", "m2", "m3")
@@ -91,7 +92,7 @@ class LeaderMachine(RuleBasedStateMachine):
         member = self.held[off]
         try:
             self.run(self.leader.acknowledge(member, [(off, off, [kind])], is_renew=False))
-        except LeaderError:
+        except KafkaError:
             return  # a failed write: the record stays held by its member
         del self.held[off]
         if kind in (ACCEPT, REJECT) or self.count[off] >= LIMITS.delivery_count_limit:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import pytest
 
 from sharebroker.broker.share import (
-    INVALID_RECORD_STATE,
-    INVALID_REQUEST,
     AcquireMode,
     LogBatch,
     PersistedBatch,
     RecordState,
-    ShareError,
     ShareLimits,
     SharePartition,
     validate_acknowledgement_batches,
 )
+from sharebroker.protocol.errors import ErrorCode, KafkaError
 
 AV, AQ, AK, AR = RecordState.AVAILABLE, RecordState.ACQUIRED, RecordState.ACKNOWLEDGED, RecordState.ARCHIVED
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
@@ -74,8 +72,8 @@ def wb(w):
     return [(b.first_offset, b.last_offset, b.state, b.delivery_count) for b in w.batches]
 
 
-def expect_error(code: int, fn, *args, match: str | None = None, **kw) -> ShareError:
-    with pytest.raises(ShareError) as ei:
+def expect_error(code: int, fn, *args, match: str | None = None, **kw) -> KafkaError:
+    with pytest.raises(KafkaError) as ei:
         fn(*args, **kw)
     assert ei.value.code == code, ei.value
     if match is not None:
@@ -636,7 +634,7 @@ class TestAcknowledge:
 
     def test_out_of_range_with_empty_cache(self):
         sp = SharePartition(start_offset=0)
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 5, [ACCEPT])], match="not found in the cache")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 5, [ACCEPT])], match="not found in the cache")
 
     @pytest.mark.parametrize("first, last, match", [
         (12, 15, "first offset in request is past"),
@@ -645,12 +643,12 @@ class TestAcknowledge:
     def test_beyond_cached_range_is_invalid_request(self, first, last, match):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_REQUEST, ack, sp, "a", [(first, last, [ACCEPT])], match=match)
+        expect_error(ErrorCode.invalid_request, ack, sp, "a", [(first, last, [ACCEPT])], match=match)
 
     def test_first_batch_out_of_range_fails_whole_request(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_REQUEST, ack, sp, "a", [(0, 4, [ACCEPT]), (20, 25, [ACCEPT])])
+        expect_error(ErrorCode.invalid_request, ack, sp, "a", [(0, 4, [ACCEPT]), (20, 25, [ACCEPT])])
         assert ranges(sp) == [(0, 9, AQ, 1)]
         assert sp.delivery_complete_count == 0
         assert sp.in_transition_ranges() == []
@@ -659,39 +657,39 @@ class TestAcknowledge:
         sp = SharePartition(start_offset=0, persisted=[P(0, 4, AV, 1), P(10, 14, AV, 1)])
         acq(sp, "a", [(0, 4)])
         acq(sp, "a", [(10, 14)], fetch_offset=10)
-        expect_error(INVALID_REQUEST, ack, sp, "a", [(6, 8, [ACCEPT])])
+        expect_error(ErrorCode.invalid_request, ack, sp, "a", [(6, 8, [ACCEPT])])
 
     def test_another_member_whole_batch(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "b", [(0, 9, [ACCEPT])], match="not the owner of batch")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "b", [(0, 9, [ACCEPT])], match="not the owner of batch")
 
     def test_another_member_subset(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "b", [(2, 3, [ACCEPT])], match="not the owner of batch")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "b", [(2, 3, [ACCEPT])], match="not the owner of batch")
         ack(sp, "a", [(0, 0, [ACCEPT])])  # explode
-        expect_error(INVALID_RECORD_STATE, ack, sp, "b", [(2, 3, [ACCEPT])], match="not the owner of offset")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "b", [(2, 3, [ACCEPT])], match="not the owner of offset")
         assert ranges(sp) == [(1, 9, AQ, 1)]
 
     def test_not_acquired_after_release(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
         ack(sp, "a", [(0, 9, [RELEASE])])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 9, [ACCEPT])], match="not in the acquired state")
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(2, 3, [ACCEPT])], match="not in the acquired state")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 9, [ACCEPT])], match="not in the acquired state")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(2, 3, [ACCEPT])], match="not in the acquired state")
 
     def test_acknowledging_twice_fails(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
         ack(sp, "a", [(5, 9, [ACCEPT])])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(5, 9, [ACCEPT])], match="offset is not acquired")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(5, 9, [ACCEPT])], match="offset is not acquired")
 
     def test_rollback_of_earlier_batches_on_full_batch_error(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9), (10, 19)], batch_size=10)
         acq(sp, "b", [(20, 29)])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a",
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a",
                      [(0, 9, [ACCEPT]), (10, 19, [REJECT]), (20, 29, [ACCEPT])])
         assert ranges(sp) == [(0, 9, AQ, 1), (10, 19, AQ, 1), (20, 29, AQ, 1)]
         assert owners(sp) == [(0, 9, "a"), (10, 19, "a"), (20, 29, "b")]
@@ -706,7 +704,7 @@ class TestAcknowledge:
         acq(sp, "a", [(0, 9)])
         acq(sp, "b", [(10, 19)])
         ack(sp, "b", [(15, 15, [ACCEPT])])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a",
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a",
                      [(0, 2, [ACCEPT]), (3, 3, [RELEASE]), (5, 12, [ACCEPT])])
         assert ranges(sp) == [(0, 9, AQ, 1), (10, 14, AQ, 1), (15, 15, AK, 1), (16, 19, AQ, 1)]
         assert sp.next_fetch_offset() == 20
@@ -714,7 +712,7 @@ class TestAcknowledge:
     def test_overlapping_offset_in_one_request_fails_and_rolls_back(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 4, [ACCEPT]), (4, 9, [ACCEPT])])
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 4, [ACCEPT]), (4, 9, [ACCEPT])])
         assert ranges(sp) == [(0, 9, AQ, 1)]
 
     @pytest.mark.parametrize("types", [[5], [-1], [ACCEPT, 7]])
@@ -722,7 +720,7 @@ class TestAcknowledge:
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
         last = len(types) - 1 if len(types) > 1 else 9
-        expect_error(INVALID_REQUEST, ack, sp, "a", [(0, last, types)], match="Invalid acknowledge type")
+        expect_error(ErrorCode.invalid_request, ack, sp, "a", [(0, last, types)], match="Invalid acknowledge type")
 
     def test_write_failure_rolls_back_batch(self):
         sp = SharePartition(start_offset=0)
@@ -766,7 +764,7 @@ class TestAcknowledge:
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
         ack(sp, "a", [(0, 9, [ACCEPT])], commit=False)
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 9, [ACCEPT])])
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 9, [ACCEPT])])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -864,8 +862,8 @@ class TestLockExpiry:
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
         expire(sp, LOCK)
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 9, [ACCEPT])])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 4, [ACCEPT])])
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 9, [ACCEPT])])
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 4, [ACCEPT])])
 
     def test_mixed_acks_then_expiry_of_the_rest(self):
         sp = SharePartition(start_offset=0)
@@ -1261,7 +1259,7 @@ class TestStartOffsetAdvance:
         acq(sp, "a", [(0, 9)])
         ack(sp, "a", [(0, 4, [ACCEPT]), (5, 7, [RELEASE])])
         assert acq(sp, "b", [(0, 9)]) == [(5, 7, 2)]
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(5, 9, [ACCEPT])], match="not the owner of offset")
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(5, 9, [ACCEPT])], match="not the owner of offset")
         ack(sp, "b", [(5, 7, [ACCEPT])])
         ack(sp, "a", [(8, 9, [ACCEPT])])
         assert (sp.start_offset, ranges(sp)) == (10, [])
@@ -1370,7 +1368,7 @@ class TestRenew:
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)], now=0)
         expire(sp, LOCK)
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 9, [RENEW])], is_renew=True)
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 9, [RENEW])], is_renew=True)
 
     def test_per_offset(self):
         sp = SharePartition(start_offset=0)
@@ -1392,19 +1390,19 @@ class TestRenew:
     def test_disabled_by_group_config(self, batches):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", batches, is_renew=True, lim=limits(renew_enabled=False),
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", batches, is_renew=True, lim=limits(renew_enabled=False),
                      match="Renewing acquisition locks is not enabled")
         assert ranges(sp) == [(0, 9, AQ, 1)]
 
     def test_renew_requires_is_renew(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_REQUEST, ack, sp, "a", [(0, 9, [RENEW])])
+        expect_error(ErrorCode.invalid_request, ack, sp, "a", [(0, 9, [RENEW])])
 
     def test_renew_by_another_member_fails(self):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "b", [(0, 9, [RENEW])], is_renew=True)
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "b", [(0, 9, [RENEW])], is_renew=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1632,8 +1630,8 @@ class TestLogStartMovement:
         sp.move_log_start(5)
         expire(sp, LOCK)
         assert ranges(sp) == [(0, 4, AR, 1), (5, 9, AV, 1)]
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(0, 9, [ACCEPT])])
-        expect_error(INVALID_RECORD_STATE, ack, sp, "a", [(5, 9, [ACCEPT])])
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(0, 9, [ACCEPT])])
+        expect_error(ErrorCode.invalid_record_state, ack, sp, "a", [(5, 9, [ACCEPT])])
 
     def test_write_failure_with_moved_log_start(self):
         sp = SharePartition(start_offset=0)

@@ -17,11 +17,11 @@ from sharebroker.broker.share import (
     LogBatch,
     PersistedBatch,
     RecordState,
-    ShareError,
     ShareLimits,
     SharePartition,
 )
 from sharebroker.broker.share.inflight import TERMINAL_STATES
+from sharebroker.protocol.errors import KafkaError
 
 LOCK = 1000
 
@@ -149,7 +149,7 @@ def test_random_operations_keep_invariants(seed: int) -> None:
             items.sort()
             try:
                 w = sp.acknowledge(member, items, limits=lim, now_ms=now, is_renew=True)
-            except ShareError:
+            except KafkaError:
                 w = None
             if w is not None:
                 pending.append(w)

@@ -9,14 +9,15 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError, ShareSession, ShareSessionCache
+from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessionCache
+from sharebroker.protocol.errors import KafkaError
 
 INT32_MAX = 2**31 - 1
 T = uuid.UUID("00000000-0000-0000-0000-0000000000bb")
 
 
-def raises(code: ErrorCode, fn, *args) -> SessionError:
-    with pytest.raises(SessionError) as exc:
+def raises(code: ErrorCode, fn, *args) -> KafkaError:
+    with pytest.raises(KafkaError) as exc:
         fn(*args)
     assert exc.value.code == code, (exc.value.code, exc.value.message)
     return exc.value

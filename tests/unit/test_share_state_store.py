@@ -13,13 +13,13 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.share_state.store import (
     SNAPSHOT,
-    PersisterError,
     ShareGroupOffset,
     ShareStateStore as PlanningStore,
     StateBatch,
     merge_batches,
     merge_into,
 )
+from sharebroker.protocol.errors import KafkaError
 
 AV, AK, AR = 0, 2, 4
 TID = uuid.UUID("00000000-0000-0000-0000-0000000000aa")
@@ -30,8 +30,8 @@ def b(first: int, last: int, state: int, count: int) -> StateBatch:
     return StateBatch(first, last, state, count)
 
 
-def raises(code: ErrorCode, fn, *args, **kwargs) -> PersisterError:
-    with pytest.raises(PersisterError) as exc:
+def raises(code: ErrorCode, fn, *args, **kwargs) -> KafkaError:
+    with pytest.raises(KafkaError) as exc:
         fn(*args, **kwargs)
     assert exc.value.code == code, (exc.value.code, exc.value.message)
     return exc.value
@@ -585,7 +585,7 @@ def test_live_state_equals_replay_of_its_records(ops, snapshot_every):
                            now_ms=2)
             else:
                 live.delete(key)
-        except PersisterError:
+        except KafkaError:
             continue
         finally:
             if key in live.states:
