@@ -17,7 +17,9 @@ from sharebroker.broker.flusher import Flusher, now_ms
 from sharebroker.broker.frames import FrameProtocol, RequestMemory
 from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
 from sharebroker.broker.groups.coordinator import ShareGroupCoordinator
+from sharebroker.broker.groups.directory import GroupType
 from sharebroker.broker.groups.group_log import GroupLog
+from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.memory import trim_heap, tune_allocator
 from sharebroker.broker.clock import LoopClock
 from sharebroker.storage.files import LogDirLock
@@ -41,11 +43,17 @@ class Broker:
         self.clock = LoopClock()  # deadlines on the monotonic clock, timers on the loop
         self._dir_lock = LogDirLock(self.log_dir)
         self.topics = Topics(config, self.log_dir)
-        self.share_persister = ShareCoordinator(self)
-        self.group_log = GroupLog(self)
-        self.share_groups = ShareGroupCoordinator(self)
-        self.classic_groups = ClassicGroupCoordinator(self)
-        self.share = SharePartitions(self, self.share_persister, self.clock)
+        # The owners are built from the seams they use, not from the broker: internal topics for
+        # the coordinators' logs, the persister for share state, this broker as the group directory.
+        internal = InternalTopics(self.topics, self)
+        self.share_persister = ShareCoordinator(config, self.topics, internal)
+        self.group_log = GroupLog(internal, num_partitions=config["offsets.topic.num.partitions"])
+        self.share_groups = ShareGroupCoordinator(config, self.log_dir, self.clock, self.topics, self.group_log,
+                                                  self.share_persister, groups=self)
+        self.classic_groups = ClassicGroupCoordinator(config, self.topics, self.group_log, groups=self)
+        self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
+                                     max_sessions=config["group.share.max.share.sessions"])
+        self.share_groups.leaders = self.share
         self.flusher: Flusher | None = None
         self.features_epoch = 0
         self.ready_file = ready_file
@@ -212,7 +220,7 @@ class Broker:
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
         await self.classic_groups.topic_deleted(name)
 
-    def group_type(self, group_id: str) -> str | None:
+    def group_type(self, group_id: str) -> GroupType | None:
         """Which kind of group owns this id ("share", "classic"), or None if no group has it."""
         if group_id in self.share_groups.groups:
             return "share"

@@ -8,19 +8,24 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.protocol.api_table import API_VERSIONS
 from sharebroker.protocol.codec import DecodedRequest, build, has_field, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 
 class CloseConnection(Exception):
     """Raised by a handler that wants the connection closed without a response."""
 
 
-Handler = Callable[[Any, Any, DecodedRequest], Awaitable[Any]]
+# The response is a kio entity of the request's version (Any: kio has a class per version).
+Handler = Callable[["Broker", "Connection", DecodedRequest], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {}
 
 

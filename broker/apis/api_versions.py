@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -10,9 +10,13 @@ from sharebroker.broker.apis import api
 from sharebroker.protocol.api_table import API_VERSIONS
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 
 @api(18)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(18, req.api_version)
     keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(API_VERSIONS.items())]
     return build(cls, {

@@ -4,7 +4,7 @@ resources. Values are validated by config/ with Kafka's names, ranges and messag
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -19,13 +19,17 @@ from sharebroker.config import (
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 log = get_logger("sharebroker.configs")
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _check_broker_name(broker: Any, name: str) -> None:
+def _check_broker_name(broker: Broker, name: str) -> None:
     if name not in ("", str(broker.node_id)):
         raise KafkaError(ErrorCode.invalid_request,
                          f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
@@ -36,7 +40,7 @@ def _check_group_name(name: str) -> None:
         raise KafkaError(ErrorCode.invalid_request, "Group name can't be empty.")
 
 
-def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
+def _described(broker: Broker, resource_type: int, name: str) -> list[Any]:
     if resource_type == TOPIC:
         topic = broker.topics.get(name)
         if topic is None:
@@ -52,7 +56,7 @@ def _described(broker: Any, resource_type: int, name: str) -> list[Any]:
 
 
 @api(32)
-async def describe(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def describe(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     include_synonyms = getattr(body, "include_synonyms", False)
     include_docs = getattr(body, "include_documentation", False)
@@ -109,7 +113,7 @@ def _new_topic_overrides(current: dict[str, str], changes: list[tuple[str, int, 
     return result
 
 
-def _alter(broker: Any, resource_type: int, name: str, changes: list[tuple[str, int, str | None]],
+def _alter(broker: Broker, resource_type: int, name: str, changes: list[tuple[str, int, str | None]],
            validate_only: bool, incremental: bool) -> None:
     if any(n > 1 for n in Counter(c[0] for c in changes).values()):
         raise KafkaError(ErrorCode.invalid_request, "Error due to duplicate config keys")
@@ -143,7 +147,7 @@ def _alter(broker: Any, resource_type: int, name: str, changes: list[tuple[str, 
     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for altering configs.")
 
 
-async def _alter_request(broker: Any, req: DecodedRequest, incremental: bool) -> Any:
+async def _alter_request(broker: Broker, req: DecodedRequest, incremental: bool) -> Any:
     body = req.body
     key = 44 if incremental else 33
     dupes = Counter((r.resource_type, r.resource_name) for r in body.resources)
@@ -167,10 +171,10 @@ async def _alter_request(broker: Any, req: DecodedRequest, incremental: bool) ->
 
 
 @api(33)
-async def alter(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     return await _alter_request(broker, req, incremental=False)
 
 
 @api(44)
-async def incremental_alter(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def incremental_alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     return await _alter_request(broker, req, incremental=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -10,9 +10,13 @@ from sharebroker.broker.apis import api
 from sharebroker.broker.apis.metadata import CLUSTER_OPERATIONS, INT32_MIN
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 
 @api(60)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     endpoint_type = getattr(body, "endpoint_type", 1)
     if endpoint_type not in (1, 2):

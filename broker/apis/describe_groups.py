@@ -3,7 +3,7 @@ Stable). Unknown ids and other groups' ids are Dead, with GROUP_ID_NOT_FOUND fro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -12,13 +12,17 @@ from sharebroker.broker.groups.classic_coordinator import member_rows
 from sharebroker.broker.groups.classic_group import STABLE
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 INT32_MIN = -(2**31)
 # READ 3, DELETE 6, DESCRIBE 8 on a GROUP resource
 GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 @api(15)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     include_ops = bool(getattr(body, "include_authorized_operations", False))

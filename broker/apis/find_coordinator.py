@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 _SHARE_KEY = re.compile(r"^(.+):([^:]+):(-?\d+)$")
 
 
-def _resolve(broker: Any, key: str, key_type: int, version: int) -> tuple[ErrorCode, str | None]:
+def _resolve(broker: Broker, key: str, key_type: int, version: int) -> tuple[ErrorCode, str | None]:
     if key_type == GROUP:
         return ErrorCode.none, None
     if key_type == TRANSACTION:
@@ -46,7 +50,7 @@ def _b64_uuid(text: str) -> uuid.UUID:
 
 
 @api(10)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     key_type = getattr(body, "key_type", GROUP)

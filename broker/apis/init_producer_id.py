@@ -3,7 +3,7 @@ transactions are implemented (they are not advertised either)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -11,12 +11,16 @@ from sharebroker.broker.apis import api
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 log = get_logger("sharebroker.producers")
 _MAX_EPOCH = 32767
 
 
 @api(22)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     cls = response_class(22, req.api_version)
     if body.transactional_id is not None:

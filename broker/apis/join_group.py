@@ -4,13 +4,17 @@ of the rebalance completes (the leader's answer carries every member's protocol 
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
 
 log = get_logger("sharebroker.groups")
 
@@ -22,7 +26,7 @@ def ms(value: Any) -> int:
 
 
 @api(11)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     session_timeout = ms(body.session_timeout)

@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 
 @api(13)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     if v < 3:
-        identities = [(body.member_id, None)]
+        identities: list[tuple[str, str | None]] = [(body.member_id, None)]
     else:
         identities = [(m.member_id, m.group_instance_id) for m in body.members]
     top, results = broker.classic_groups.leave(body.group_id, identities)

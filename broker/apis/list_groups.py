@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 
 @api(16)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     states = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
     types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}

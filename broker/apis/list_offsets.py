@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
 
 LATEST = -1
 EARLIEST = -2
@@ -41,7 +45,7 @@ def _lookup(partition: Any, timestamp: int) -> tuple[int, int]:
 
 
 @api(2)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     topics = broker.topics

@@ -3,7 +3,7 @@ topics by name or by topic id (v10+); auto topic creation."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -14,6 +14,10 @@ from sharebroker.broker.topics import Topic
 from sharebroker.protocol.errors import error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 log = get_logger("sharebroker.metadata")
 INT32_MIN = -(2**31)
 # AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
@@ -22,11 +26,11 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
-def broker_entry(broker: Any) -> dict[str, Any]:
+def broker_entry(broker: Broker) -> dict[str, Any]:
     return {"node_id": broker.node_id, "host": broker.host, "port": broker.port_advertised, "rack": None}
 
 
-def topic_entry(broker: Any, topic: Topic, include_ops: bool) -> dict[str, Any]:
+def topic_entry(broker: Broker, topic: Topic, include_ops: bool) -> dict[str, Any]:
     node = broker.node_id
     return {
         "error_code": ErrorCode.none,
@@ -47,7 +51,7 @@ def _error_topic(name: str | None, topic_id: Any, code: ErrorCode) -> dict[str, 
             "topic_authorized_operations": INT32_MIN}
 
 
-async def _auto_create(broker: Any, name: str, conn: Any) -> ErrorCode:
+async def _auto_create(broker: Broker, name: str, conn: Connection) -> ErrorCode:
     """auto_create, with a failure (a full disk, a bug) answered in this topic's entry only."""
     try:
         return await auto_create(broker, name)
@@ -59,7 +63,7 @@ async def _auto_create(broker: Any, name: str, conn: Any) -> ErrorCode:
 
 
 @api(3)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     include_ops = bool(getattr(body, "include_topic_authorized_operations", False))
@@ -70,8 +74,8 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     entries: list[dict[str, Any]] = []
     topics = broker.topics
     if all_topics:
-        for topic in sorted(topics.by_name.values(), key=lambda t: t.name):
-            entries.append(topic_entry(broker, topic, include_ops))
+        for known in sorted(topics.by_name.values(), key=lambda t: t.name):
+            entries.append(topic_entry(broker, known, include_ops))
     else:
         for item in requested:
             name = getattr(item, "name", None)

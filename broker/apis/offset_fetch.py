@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
 
-async def _group(broker: Any, group_id: str, topics: Any, require_stable: bool) -> list[dict[str, Any]]:
+
+async def _group(broker: Broker, group_id: str, topics: Any, require_stable: bool) -> list[dict[str, Any]]:
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
     fetched = await broker.classic_groups.fetch_offsets(group_id, wanted, require_stable)
     return [{"name": name, "partitions": [
@@ -20,7 +24,7 @@ async def _group(broker: Any, group_id: str, topics: Any, require_stable: bool) 
 
 
 @api(9)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     require_stable = bool(getattr(body, "require_stable", False))

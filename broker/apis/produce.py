@@ -5,7 +5,7 @@ is satisfied."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -17,12 +17,16 @@ from sharebroker.protocol.errors import KafkaError, error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.record_batch import parse_produce_records
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 log = get_logger("sharebroker.produce")
 # A producer retries a refused write every retry.backoff.ms: one line per partition and cause
 # every 10 s, with the count of the others, is enough.
 _refusals = Repeats(10.0)
 
-def _append_one(broker: Any, partition: Any, records: bytes | memoryview | None, version: int,
+def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | None, version: int,
                 now: int) -> dict[str, Any]:
     """Validate and append one partition's batch; the response entry (without index)."""
     plog = partition.log
@@ -78,7 +82,7 @@ def _check_timestamps(batch: Any, cfg: Any, now: int) -> None:
                          f"message.timestamp.after.max.ms ({after} ms after now).")
 
 
-def _unexpected(exc: Exception, topic: Any, index: int, conn: Any, stage: str) -> tuple[ErrorCode, str]:
+def _unexpected(exc: Exception, topic: Any, index: int, conn: Connection, stage: str) -> tuple[ErrorCode, str]:
     """The partition's error for an exception of the log (a full disk, a failed fsync) or a bug:
     KAFKA_STORAGE_ERROR or UNKNOWN_SERVER_ERROR for this partition only, as Kafka answers it."""
     code, message = error_code_for(exc)
@@ -98,7 +102,7 @@ def _unexpected(exc: Exception, topic: Any, index: int, conn: Any, stage: str) -
 
 
 @api(0)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     acks = body.acks

@@ -3,7 +3,7 @@ as ShareFetch; epoch -1 closes the session and releases what the member still ho
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -20,11 +20,15 @@ from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 log = get_logger("sharebroker.share")
 
 
 @api(79)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     cls = response_class(79, v)

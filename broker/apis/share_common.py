@@ -3,13 +3,17 @@ the connection, and applying acknowledgement batches partition by partition."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 
 from sharebroker.broker.share.partition import validate_acknowledgement_batches
 from sharebroker.protocol.errors import KafkaError
+
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
 
 MAX_MEMBER_ID_LENGTH = 36
 
@@ -21,11 +25,8 @@ def check_ids(group_id: str | None, member_id: str | None) -> None:
         raise KafkaError(ErrorCode.invalid_request, "Invalid member id in the request.")
 
 
-def bind_to_connection(broker: Any, conn: Any) -> None:
-    """A session belongs to its connection: closing the connection releases the member's records."""
-    if not getattr(conn, "share_sessions_bound", False):
-        conn.share_sessions_bound = True
-        conn.on_close(broker.share.connection_closed)
+def bind_to_connection(broker: Broker, conn: Connection) -> None:
+    broker.share.bind_connection(conn)
 
 
 def merge_topics(topics: Any) -> dict[tuple[Any, int], Any]:
@@ -38,7 +39,7 @@ def merge_topics(topics: Any) -> dict[tuple[Any, int], Any]:
     return out
 
 
-def resolve_partition(broker: Any, topic_id: Any, index: int) -> tuple[Any, ErrorCode | None, str | None]:
+def resolve_partition(broker: Broker, topic_id: Any, index: int) -> tuple[Any, ErrorCode | None, str | None]:
     topic = broker.topics.get_by_id(topic_id)
     if topic is None:
         return None, ErrorCode.unknown_topic_id, f"Topic id {topic_id} is not known."
@@ -47,7 +48,7 @@ def resolve_partition(broker: Any, topic_id: Any, index: int) -> tuple[Any, Erro
     return topic.partitions[index], None, None
 
 
-async def apply_acknowledgements(broker: Any, group_id: str, member_id: str, topic_id: Any, index: int,
+async def apply_acknowledgements(broker: Broker, group_id: str, member_id: str, topic_id: Any, index: int,
                                  batches: Any, *, version: int, is_renew: bool) -> tuple[ErrorCode, str | None]:
     """Acknowledge one partition's batches; the (error code, message) for its response entry."""
     if not batches:
@@ -69,7 +70,7 @@ async def apply_acknowledgements(broker: Any, group_id: str, member_id: str, top
     return ErrorCode.none, None
 
 
-def current_leader(broker: Any, partition: Any) -> dict[str, int]:
+def current_leader(broker: Broker, partition: Any) -> dict[str, int]:
     if partition is None:
         return {"leader_id": -1, "leader_epoch": -1}
     return {"leader_id": broker.node_id, "leader_epoch": partition.leader_epoch}

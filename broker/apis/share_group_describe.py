@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
+
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
 
 INT32_MIN = -(2**31)
 # READ 3, DELETE 6, DESCRIBE 8 on a GROUP resource
@@ -15,7 +19,7 @@ GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 @api(77)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     groups = []
     for group_id in body.group_ids:

@@ -3,7 +3,7 @@ DeleteShareGroupOffsets (92) v0: the admin side of share groups (share-groups-sp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -12,9 +12,13 @@ from sharebroker.broker.apis import api
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 
 @api(90)
-async def describe(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def describe(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     groups = []
     for g in req.body.groups:
         entry: dict[str, Any] = {"group_id": g.group_id, "topics": (), "error_code": ErrorCode.none,
@@ -32,7 +36,7 @@ async def describe(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(91)
-async def alter(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     cls = response_class(91, req.api_version)
     offsets = {t.topic_name: {p.partition_index: p.start_offset for p in t.partitions} for t in body.topics}
@@ -51,7 +55,7 @@ async def alter(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(92)
-async def delete(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def delete(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     cls = response_class(92, req.api_version)
     try:

@@ -6,7 +6,7 @@ the in-process share-partition leaders use."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -15,8 +15,12 @@ from sharebroker.broker.share_state.store import StateBatch
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
 
-async def _per_partition(broker: Any, req: DecodedRequest,
+
+async def _per_partition(broker: Broker, req: DecodedRequest,
                          op: Callable[[Any, str, Any, Any], Awaitable[dict[str, Any]]]) -> Any:
     body = req.body
     results = []
@@ -40,7 +44,7 @@ def _batches(items: Any) -> list[StateBatch]:
 
 
 @api(83)
-async def initialize(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def initialize(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     async def op(coord: Any, group: str, topic_id: Any, p: Any) -> dict[str, Any]:
         await coord.initialize(group, topic_id, p.partition, p.state_epoch, p.start_offset)
         return {}
@@ -48,7 +52,7 @@ async def initialize(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(84)
-async def read(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def read(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     async def op(coord: Any, group: str, topic_id: Any, p: Any) -> dict[str, Any]:
         r = await coord.read(group, topic_id, p.partition, p.leader_epoch)
         return {"state_epoch": r.state_epoch, "start_offset": r.start_offset, "state_batches": [
@@ -58,7 +62,7 @@ async def read(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(85)
-async def write(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def write(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     async def op(coord: Any, group: str, topic_id: Any, p: Any) -> dict[str, Any]:
         await coord.write(group, topic_id, p.partition, state_epoch=p.state_epoch, leader_epoch=p.leader_epoch,
                           start_offset=p.start_offset,
@@ -69,7 +73,7 @@ async def write(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(86)
-async def delete(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def delete(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     async def op(coord: Any, group: str, topic_id: Any, p: Any) -> dict[str, Any]:
         await coord.delete(group, topic_id, p.partition)
         return {}
@@ -77,7 +81,7 @@ async def delete(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(87)
-async def read_summary(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def read_summary(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     async def op(coord: Any, group: str, topic_id: Any, p: Any) -> dict[str, Any]:
         s = await coord.read_summary(group, topic_id, p.partition)
         return {"state_epoch": s.state_epoch, "leader_epoch": s.leader_epoch, "start_offset": s.start_offset,

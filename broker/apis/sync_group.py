@@ -3,7 +3,7 @@ it is persisted."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -11,9 +11,13 @@ from sharebroker.broker.apis import api
 from sharebroker.broker.groups.classic_group import SyncResult
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 
 @api(14)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     protocol_type = getattr(body, "protocol_type", None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -16,10 +16,14 @@ from sharebroker.config import ConfigError, describe_topic_configs, validate_top
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
+
 log = get_logger("sharebroker.admin")
 
 
-def _check_replication(broker: Any, replication_factor: int) -> None:
+def _check_replication(broker: Broker, replication_factor: int) -> None:
     if replication_factor == -1:
         replication_factor = broker.config["default.replication.factor"]
     if replication_factor <= 0:
@@ -31,7 +35,7 @@ def _check_replication(broker: Any, replication_factor: int) -> None:
                          f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
 
 
-def _check_assignment(broker: Any, broker_ids: Any) -> None:
+def _check_assignment(broker: Broker, broker_ids: Any) -> None:
     ids = list(broker_ids or ())
     if not ids or any(i != broker.node_id for i in ids) or len(set(ids)) != len(ids):
         raise KafkaError(ErrorCode.invalid_replica_assignment,
@@ -39,7 +43,7 @@ def _check_assignment(broker: Any, broker_ids: Any) -> None:
                          f"broker is {broker.node_id}.")
 
 
-def _validate_new_topic(broker: Any, name: str) -> None:
+def _validate_new_topic(broker: Broker, name: str) -> None:
     validate_topic_name(name)
     if broker.topics.get(name) is not None:
         raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
@@ -49,7 +53,7 @@ def _validate_new_topic(broker: Any, name: str) -> None:
                          f"Topic '{name}' collides with existing topic: {other}")
 
 
-async def auto_create(broker: Any, name: str) -> ErrorCode:
+async def auto_create(broker: Broker, name: str) -> ErrorCode:
     """Metadata-triggered creation (auto.create.topics.enable), as Kafka's AutoTopicCreationManager
     does in KRaft: the Metadata request that triggers it is answered UNKNOWN_TOPIC_OR_PARTITION at
     once and the topic is created after it, as a CreateTopics with num.partitions and
@@ -73,7 +77,7 @@ async def auto_create(broker: Any, name: str) -> ErrorCode:
     return ErrorCode.unknown_topic_or_partition
 
 
-def _create_auto(broker: Any, name: str) -> None:
+def _create_auto(broker: Broker, name: str) -> None:
     """The deferred half of auto_create, validated like any CreateTopics: if an explicit CreateTopics
     created the topic first, this one fails (as Kafka's does with TOPIC_ALREADY_EXISTS) and changes
     nothing."""
@@ -89,13 +93,13 @@ def _create_auto(broker: Any, name: str) -> None:
         log.exception("auto topic creation failed", topic=name)
 
 
-def _config_entries(broker: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:
+def _config_entries(broker: Broker, overrides: dict[str, str]) -> list[dict[str, Any]]:
     return [{"name": d.name, "value": d.value, "read_only": d.read_only, "config_source": d.source,
              "is_sensitive": d.is_sensitive} for d in describe_topic_configs(broker.config, overrides)]
 
 
 @api(19)
-async def create_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     counts = Counter(t.name for t in body.topics)
     results = []
@@ -146,7 +150,7 @@ async def create_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(20)
-async def delete_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def delete_topics(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     if v >= 6:
@@ -180,7 +184,7 @@ async def delete_topics(broker: Any, conn: Any, req: DecodedRequest) -> Any:
 
 
 @api(37)
-async def create_partitions(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def create_partitions(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     counts = Counter(t.name for t in body.topics)
     results = []

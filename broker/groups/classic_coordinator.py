@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +29,12 @@ from sharebroker.broker.groups.classic_group import (
 )
 from sharebroker.broker.structured_log import get_logger
 
+if TYPE_CHECKING:
+    from sharebroker.broker.groups.directory import GroupDirectory
+    from sharebroker.broker.groups.group_log import GroupLog
+    from sharebroker.broker.topics import Topics
+    from sharebroker.config import BrokerConfig
+
 log = get_logger("sharebroker.groups")
 
 Record = tuple[bytes, bytes | None]
@@ -39,8 +45,11 @@ FetchedOffset = tuple[int, int, int, str, ErrorCode]
 
 
 class ClassicGroupCoordinator:
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, topics: Topics, group_log: GroupLog, groups: GroupDirectory) -> None:
+        self.config = config
+        self.topics = topics
+        self.group_log = group_log
+        self.directory = groups
         self.groups: dict[str, ClassicGroup] = {}
         self._persisted: dict[str, bytes] = {}  # group id -> last GroupMetadata value appended
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -53,7 +62,7 @@ class ClassicGroupCoordinator:
     # -- configuration ---------------------------------------------------------------------------
 
     def settings(self) -> ClassicSettings:
-        cfg = self.broker.config
+        cfg = self.config
         return ClassicSettings(initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"],
                                max_size=cfg["group.max.size"])
 
@@ -67,8 +76,8 @@ class ClassicGroupCoordinator:
 
     def load(self) -> None:
         """Rebuild groups and committed offsets by replaying `__consumer_offsets`."""
-        self.broker.group_log.register(self._restate)
-        self.broker.group_log.replay({t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)})
+        self.group_log.register(self._restate)
+        self.group_log.replay({t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)})
         now = now_ms()
         for group in self.groups.values():
             group.settings = self.settings()
@@ -203,7 +212,7 @@ class ClassicGroupCoordinator:
         pending = self._inflight.setdefault(group_id, set())
         pending.add(done)
         try:
-            await self.broker.group_log.append(group_id, records)
+            await self.group_log.append(group_id, records)
         finally:
             done.set_result(None)
             pending.discard(done)
@@ -215,12 +224,12 @@ class ClassicGroupCoordinator:
     async def join(self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                    protocols: tuple[tuple[str, bytes], ...], version: int) -> JoinResult:
-        cfg = self.broker.config
+        cfg = self.config
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id)
         if not cfg["group.min.session.timeout.ms"] <= session_timeout_ms <= cfg["group.max.session.timeout.ms"]:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
-        if self.broker.group_type(group_id) not in (None, "classic"):
+        if self.directory.group_type(group_id) not in (None, "classic"):
             return JoinResult(ErrorCode.inconsistent_group_protocol, "")
         group = self._group(group_id)
         created = False
@@ -284,7 +293,7 @@ class ClassicGroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------------
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
-        t = self.broker.topics.get(topic)
+        t = self.topics.get(topic)
         return t is not None and 0 <= partition < len(t.partitions)
 
     async def commit_offsets(self, *, group_id: str, member_id: str, group_instance_id: str | None,
@@ -308,7 +317,7 @@ class ClassicGroupCoordinator:
                 errors[(topic, partition)] = error or ErrorCode.unknown_server_error
             return errors
         now = now_ms()
-        max_metadata = self.broker.config["offset.metadata.max.bytes"]
+        max_metadata = self.config["offset.metadata.max.bytes"]
         records: list[Record] = []
         for topic, partition, offset, leader_epoch, metadata in valid:
             if metadata is not None and len(metadata) > max_metadata:
@@ -328,7 +337,7 @@ class ClassicGroupCoordinator:
 
     def _group_for_commit(self, group_id: str, generation_id: int,
                           version: int) -> tuple[ClassicGroup | None, ErrorCode | None]:
-        if self.broker.group_type(group_id) not in (None, "classic"):
+        if self.directory.group_type(group_id) not in (None, "classic"):
             return None, ErrorCode.group_id_not_found
         group = self._group(group_id)
         if group is not None:
@@ -380,7 +389,7 @@ class ClassicGroupCoordinator:
                 else:
                     errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
         group = self._group(group_id)
-        if group is None or self.broker.group_type(group_id) != "classic":
+        if group is None or self.directory.group_type(group_id) != "classic":
             return ErrorCode.group_id_not_found, errors
         error = group.validate_offset_delete()
         if error is not None:
@@ -450,7 +459,7 @@ class ClassicGroupCoordinator:
 
     async def _expire_offsets_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.broker.config["offsets.retention.check.interval.ms"] / 1000)
+            await asyncio.sleep(self.config["offsets.retention.check.interval.ms"] / 1000)
             try:
                 await self.expire_offsets(now_ms())
             except Exception:
@@ -460,7 +469,7 @@ class ClassicGroupCoordinator:
         """Kafka's offsets.retention.minutes: offsets of empty groups (counted from when the group
         became empty), of simple groups and of topics a stable consumer group no longer subscribes
         to (counted from the commit) expire; empty groups left without offsets are deleted."""
-        retention_ms = self.broker.config["offsets.retention.minutes"] * 60_000
+        retention_ms = self.config["offsets.retention.minutes"] * 60_000
         for group_id, group in list(self.groups.items()):
             base_of = _expiry_base(group)
             records: list[Record] = []

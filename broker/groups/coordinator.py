@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -28,24 +28,54 @@ from sharebroker.config import ConfigError, GroupConfig, group_config, validate_
 from sharebroker.storage import write_atomic
 from sharebroker.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from sharebroker.broker.clock import Clock
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.groups.directory import GroupDirectory
+    from sharebroker.broker.groups.group_log import GroupLog
+    from sharebroker.broker.share.leader import SharePartitionLeader
+    from sharebroker.broker.share_state.persister import Persister
+    from sharebroker.broker.topics import Topics
+    from sharebroker.config import BrokerConfig
+
 log = get_logger("sharebroker.groups")
 
 GROUP_CONFIGS_FILE = "share-group-configs.json"
 _SWEEP_INTERVAL_S = 0.1
 
 
+class ShareLeaders(Protocol):
+    """The share-partition leaders a deleted group or topic must unload (SharePartitions)."""
+
+    def existing_leader(self, group_id: str, topic_id: uuid.UUID, index: int) -> SharePartitionLeader | None: ...
+
+    def drop(self, leader: SharePartitionLeader) -> None: ...
+
+
 class ShareGroupCoordinator:
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, log_dir: Path, clock: Clock, topics: Topics, group_log: GroupLog,
+                 persister: Persister, groups: GroupDirectory) -> None:
+        self.broker_config = config
+        self.clock = clock
+        self.topics = topics
+        self.group_log = group_log
+        self.persister = persister
+        self.directory = groups
+        # The leaders depend on this coordinator's limits in turn: the broker sets this once both exist.
+        self.leaders: ShareLeaders | None = None
         self.groups: dict[str, ShareGroup] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self._config_cache: dict[str, GroupConfig] = {}
-        self._path = Path(broker.log_dir) / GROUP_CONFIGS_FILE
+        self._path = Path(log_dir) / GROUP_CONFIGS_FILE
         self._sweeper: asyncio.Task[None] | None = None
         self._persisted: dict[str, tuple] = {}
         self._persisted_members: dict[str, set[str]] = {}
         self._group_locks: dict[str, asyncio.Lock] = {}
         self._group_lock_users: dict[str, int] = {}
+
+    def _leaders(self) -> ShareLeaders:
+        assert self.leaders is not None, "the broker wires the share leaders in before serving"
+        return self.leaders
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -53,10 +83,10 @@ class ShareGroupCoordinator:
         """Group configs from their file; groups by replaying `__consumer_offsets`."""
         if self._path.exists():
             self.configs = {g: dict(c) for g, c in json.loads(self._path.read_text()).items()}
-        self.broker.group_log.register(self._restate)
-        self.broker.group_log.replay({t: self._replay for t in (grec.MEMBER_METADATA, grec.GROUP_METADATA,
+        self.group_log.register(self._restate)
+        self.group_log.replay({t: self._replay for t in (grec.MEMBER_METADATA, grec.GROUP_METADATA,
                                                                grec.MEMBER_ASSIGNMENT, grec.STATE_PARTITIONS)})
-        now = self.broker.clock.monotonic_ms()
+        now = self.clock.monotonic_ms()
         for group in self.groups.values():
             group.restore(self._topic_infos(group.subscribed_topic_names()))
             timeout = self.config(group.group_id).share_session_timeout_ms
@@ -109,7 +139,7 @@ class ShareGroupCoordinator:
     # -- persistence in __consumer_offsets -------------------------------------------------------
 
     def _group_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
-        names = {t.topic_id: t.name for t in self.broker.topics.by_name.values()}
+        names = {t.topic_id: t.name for t in self.topics.by_name.values()}
         out: list[tuple[bytes, bytes | None]] = [grec.group_metadata(group.group_id, group.epoch),
                                                 grec.state_partitions(group.group_id, group.initialized, names)]
         for m in group.members.values():
@@ -131,7 +161,7 @@ class ShareGroupCoordinator:
         for member_id in gone:
             records.extend(grec.member_tombstones(group.group_id, member_id))
         # Marked persisted only once the append succeeded, so a failed write is retried.
-        await self.broker.group_log.append(group.group_id, records)
+        await self.group_log.append(group.group_id, records)
         self._persisted[group.group_id] = signature
         self._persisted_members[group.group_id] = members
 
@@ -140,7 +170,7 @@ class ShareGroupCoordinator:
     def config(self, group_id: str) -> GroupConfig:
         cached = self._config_cache.get(group_id)
         if cached is None:
-            cached = group_config(self.broker.config, self.configs.get(group_id, {}))
+            cached = group_config(self.broker_config, self.configs.get(group_id, {}))
             self._config_cache[group_id] = cached
         return cached
 
@@ -155,7 +185,7 @@ class ShareGroupCoordinator:
         return self.config(group_id).share_auto_offset_reset_strategy
 
     def set_configs(self, group_id: str, overrides: dict[str, str], *, validate_only: bool) -> None:
-        validate_group_configs(self.broker.config, overrides)
+        validate_group_configs(self.broker_config, overrides)
         if validate_only:
             return
         if overrides:
@@ -173,7 +203,7 @@ class ShareGroupCoordinator:
     def _topic_infos(self, names: set[str]) -> dict[str, TopicInfo]:
         out = {}
         for name in names:
-            topic = self.broker.topics.get(name)
+            topic = self.topics.get(name)
             if topic is not None:
                 out[name] = TopicInfo(name, topic.topic_id, len(topic.partitions))
         return out
@@ -199,16 +229,16 @@ class ShareGroupCoordinator:
                 del self._group_lock_users[group_id]
                 del self._group_locks[group_id]
 
-    async def heartbeat(self, body: Any, conn: Any) -> dict[str, Any]:
+    async def heartbeat(self, body: Any, conn: Connection) -> dict[str, Any]:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         subscribed = tuple(body.subscribed_topic_names) if body.subscribed_topic_names is not None else None
         validate_heartbeat(group_id, member_id, epoch, body.rack_id, subscribed)
         async with self._serialized(group_id):
             return await self._heartbeat(body, conn, subscribed)
 
-    async def _heartbeat(self, body: Any, conn: Any, subscribed: tuple[str, ...] | None) -> dict[str, Any]:
+    async def _heartbeat(self, body: Any, conn: Connection, subscribed: tuple[str, ...] | None) -> dict[str, Any]:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
-        if self.broker.group_type(group_id) not in (None, "share"):
+        if self.directory.group_type(group_id) not in (None, "share"):
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         group = self.groups.get(group_id)
         if group is None:
@@ -221,8 +251,8 @@ class ShareGroupCoordinator:
         before = group.members[member_id].assignment if member_id in group.members else None
         group.heartbeat(member_id=member_id, member_epoch=epoch, rack_id=body.rack_id,
                         subscribed=subscribed, client_id=conn.client_id or "", client_host=conn.client_host,
-                        now_ms=self.broker.clock.monotonic_ms(), session_timeout_ms=cfg.share_session_timeout_ms,
-                        max_size=self.broker.config["group.share.max.size"])
+                        now_ms=self.clock.monotonic_ms(), session_timeout_ms=cfg.share_session_timeout_ms,
+                        max_size=self.broker_config["group.share.max.size"])
         if epoch == -1:
             log.info("share group member left", group=group_id, member=member_id)
             await self.persist(group)
@@ -250,7 +280,7 @@ class ShareGroupCoordinator:
         done: dict[uuid.UUID, tuple[TopicInfo, list[int]]] = {}
         for info, index, start in todo:
             try:
-                await self.broker.share_persister.initialize(group.group_id, info.topic_id, index, state_epoch, start)
+                await self.persister.initialize(group.group_id, info.topic_id, index, state_epoch, start)
             except KafkaError as exc:
                 log.warning("share partition initialization failed", group=group.group_id, topic=info.name,
                             partition=index, error=exc.code.name, message=exc.message)
@@ -265,7 +295,7 @@ class ShareGroupCoordinator:
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
-            now = self.broker.clock.monotonic_ms()  # session deadlines never follow a wall-clock step
+            now = self.clock.monotonic_ms()  # session deadlines never follow a wall-clock step
             for group in list(self.groups.values()):
                 async with self._serialized(group.group_id):
                     if self.groups.get(group.group_id) is not group:
@@ -288,12 +318,12 @@ class ShareGroupCoordinator:
                 if group is None or not group.forget_topic(topic_id):
                     continue
                 for index in range(partitions):
-                    await self.broker.share_persister.delete(group_id, topic_id, index)
+                    await self.persister.delete(group_id, topic_id, index)
                 await self.persist(group)
 
     def describe_configs(self, group_id: str) -> list[Any]:
         from sharebroker.config import describe_group_configs
-        return describe_group_configs(self.broker.config, self.configs.get(group_id, {}))
+        return describe_group_configs(self.broker_config, self.configs.get(group_id, {}))
 
     def alter_configs(self, group_id: str, changes: list[tuple[str, int, str | None]], *, validate_only: bool,
                       incremental: bool) -> None:
@@ -314,14 +344,14 @@ class ShareGroupCoordinator:
     def _drop_leaders(self, group_id: str, topic_id: uuid.UUID, partitions: Any) -> None:
         """In-memory leaders of reset partitions go; the next fetch reads the new state."""
         for index in partitions:
-            leader = self.broker.share.existing_leader(group_id, topic_id, index)
+            leader = self._leaders().existing_leader(group_id, topic_id, index)
             if leader is not None:
-                self.broker.share.drop(leader)
+                self._leaders().drop(leader)
 
     def _require_empty_share_group(self, group_id: str, *, create: bool) -> ShareGroup:
         if not group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "The group id can't be empty.")
-        kind = self.broker.group_type(group_id)
+        kind = self.directory.group_type(group_id)
         if kind not in (None, "share"):
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         group = self.groups.get(group_id)
@@ -346,7 +376,7 @@ class ShareGroupCoordinator:
         group.epoch += 1
         state_epoch = group.epoch
         for name, parts in offsets.items():
-            topic = self.broker.topics.get(name)
+            topic = self.topics.get(name)
             results[name] = {}
             done = []
             for index, start in parts.items():
@@ -355,7 +385,7 @@ class ShareGroupCoordinator:
                                             f"Topic {name} partition {index} does not exist.")
                     continue
                 try:
-                    await self.broker.share_persister.initialize(group_id, topic.topic_id, index, state_epoch, start)
+                    await self.persister.initialize(group_id, topic.topic_id, index, state_epoch, start)
                 except KafkaError as exc:
                     results[name][index] = (exc.code, exc.message)
                     continue
@@ -376,7 +406,7 @@ class ShareGroupCoordinator:
         group = self._require_empty_share_group(group_id, create=False)
         results: dict[str, tuple[ErrorCode, str | None, Any]] = {}
         for name in topics:
-            topic = self.broker.topics.get(name)
+            topic = self.topics.get(name)
             if topic is None:
                 results[name] = (ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.", None)
                 continue
@@ -386,7 +416,7 @@ class ShareGroupCoordinator:
                                  topic.topic_id)
                 continue
             for index in sorted(initialized):
-                await self.broker.share_persister.delete(group_id, topic.topic_id, index)
+                await self.persister.delete(group_id, topic.topic_id, index)
             self._drop_leaders(group_id, topic.topic_id, initialized)
             group.forget_topic(topic.topic_id)
             results[name] = (ErrorCode.none, None, topic.topic_id)
@@ -409,7 +439,7 @@ class ShareGroupCoordinator:
             for topic_id, parts in deleting.items():
                 try:
                     for index in parts:
-                        await self.broker.share_persister.delete(group_id, topic_id, index)
+                        await self.persister.delete(group_id, topic_id, index)
                 except KafkaError as exc:
                     failure = exc
                     break
@@ -431,7 +461,7 @@ class ShareGroupCoordinator:
             # log compaction never restates it after them; back if the write fails.
             del self.groups[group_id]
             try:
-                await self.broker.group_log.append(group_id, records)
+                await self.group_log.append(group_id, records)
             except Exception:
                 self.groups[group_id] = group
                 raise
@@ -447,23 +477,23 @@ class ShareGroupCoordinator:
         wanted: list[tuple[str, Any, list[int]]] = []
         if topics is None:
             if group is not None:
-                names = {t.topic_id: t.name for t in self.broker.topics.by_name.values()}
+                names = {t.topic_id: t.name for t in self.topics.by_name.values()}
                 for tid, initialized in sorted(group.initialized.items(), key=lambda kv: names.get(kv[0], "")):
                     if tid in names:
                         wanted.append((names[tid], tid, sorted(initialized)))
         else:
             for name, asked in topics:
-                topic = self.broker.topics.get(name)
+                topic = self.topics.get(name)
                 wanted.append((name, topic.topic_id if topic else None, list(asked)))
         out = []
         for name, tid, parts in wanted:
             rows = []
-            topic = self.broker.topics.get(name)
+            topic = self.topics.get(name)
             for index in parts:
                 row: dict[str, Any] = {"partition_index": index, "start_offset": -1, "leader_epoch": -1, "lag": -1,
                                        "error_code": ErrorCode.none, "error_message": None}
                 if tid is not None and topic is not None and 0 <= index < len(topic.partitions):
-                    s = await self.broker.share_persister.read_summary(group_id, tid, index)
+                    s = await self.persister.read_summary(group_id, tid, index)
                     row.update(start_offset=s.start_offset, leader_epoch=s.leader_epoch)
                     if s.start_offset >= 0 and s.delivery_complete_count >= 0:
                         end = topic.partitions[index].log.high_watermark

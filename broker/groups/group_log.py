@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sharebroker.broker.groups.records import offsets_partition
-from sharebroker.broker.internal_topics import append_records, ensure_topic, read_records
+from sharebroker.broker.internal_topics import InternalLog, read_records
 from sharebroker.broker.structured_log import get_logger
+
+if TYPE_CHECKING:
+    from sharebroker.broker.topics import Topic
 
 log = get_logger("sharebroker.groups")
 
@@ -30,8 +33,9 @@ Restater = Callable[[Callable[[str], bool]], list[Record]]
 
 
 class GroupLog:
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    def __init__(self, internal: InternalLog, *, num_partitions: int) -> None:
+        self.internal = internal
+        self.num_partitions = num_partitions  # offsets.topic.num.partitions
         self._restaters: list[Restater] = []
         self._since_compaction: dict[int, int] = {}
         self._task: asyncio.Task[None] | None = None
@@ -39,12 +43,11 @@ class GroupLog:
     def register(self, restate: Restater) -> None:
         self._restaters.append(restate)
 
-    def _topic(self) -> Any:
-        return ensure_topic(self.broker, OFFSETS_TOPIC, self.broker.config["offsets.topic.num.partitions"],
-                            _SEGMENT_BYTES)
+    def _topic(self) -> Topic:
+        return self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, _SEGMENT_BYTES)
 
     def partition_of(self, group_id: str) -> int:
-        return offsets_partition(group_id, self.broker.config["offsets.topic.num.partitions"])
+        return offsets_partition(group_id, self.num_partitions)
 
     async def append(self, group_id: str, records: list[Record]) -> None:
         """Append one group's records; returns once the flush policy is met."""
@@ -52,11 +55,11 @@ class GroupLog:
             return
         partition = self._topic().partitions[self.partition_of(group_id)]
         self._since_compaction[partition.index] = self._since_compaction.get(partition.index, 0) + len(records)
-        await append_records(self.broker, partition, records)
+        await self.internal.append(partition, records)
 
     def replay(self, handlers: dict[int, Callable[[bytes, bytes | None], None]]) -> int:
         """Hand every record to the handler of its type; returns how many were read."""
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.internal.get(OFFSETS_TOPIC)
         if topic is None:
             return 0
         count = 0
@@ -90,7 +93,7 @@ class GroupLog:
                 log.exception("group log compaction failed")
 
     async def compact(self, *, force: bool = False) -> None:
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.internal.get(OFFSETS_TOPIC)
         if topic is None:
             return
         for partition in topic.partitions:
@@ -103,7 +106,7 @@ class GroupLog:
             records = [r for restate in self._restaters for r in restate(here)]
             start = partition.log.high_watermark
             if records:
-                await append_records(self.broker, partition, records)
+                await self.internal.append(partition, records)
             partition.log.delete_records(start)
             self._since_compaction[index] = 0
             log.info("group log compacted", partition=index, records=len(records),

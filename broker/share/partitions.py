@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sharebroker.broker.clock import Clock
 from sharebroker.broker.share.leader import OffsetReset, SharePartitionLeader
@@ -14,27 +14,39 @@ from sharebroker.broker.share_state.persister import Persister
 from sharebroker.broker.share.sessions import ShareSession, ShareSessionCache
 from sharebroker.broker.structured_log import get_logger
 
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+
 log = get_logger("sharebroker.share")
 
 LeaderKey = tuple[str, uuid.UUID, int]
 
 
+class GroupShareSettings(Protocol):
+    """The per-group settings the leaders apply (the share group coordinator holds the group configs)."""
+
+    def limits(self, group_id: str) -> ShareLimits: ...
+
+    def auto_offset_reset(self, group_id: str) -> OffsetReset: ...
+
+
 class SharePartitions:
-    def __init__(self, broker: Any, persister: Persister, clock: Clock) -> None:
-        self.broker = broker
+    def __init__(self, settings: GroupShareSettings, persister: Persister, clock: Clock, *, max_sessions: int) -> None:
+        self.settings = settings
         self.persister = persister
         self.clock = clock
         self.leaders: dict[LeaderKey, SharePartitionLeader] = {}
-        self.sessions = ShareSessionCache(broker.config["group.share.max.share.sessions"])
+        self.sessions = ShareSessionCache(max_sessions)  # group.share.max.share.sessions
         self._waiters: dict[LeaderKey, set[asyncio.Future[None]]] = {}
+        self._bound: set[int] = set()  # ids of connections whose close releases their sessions
 
     # -- configuration the leaders read -----------------------------------------------------------
 
     def limits(self, group_id: str) -> ShareLimits:
-        return self.broker.share_groups.limits(group_id)
+        return self.settings.limits(group_id)
 
     def auto_offset_reset(self, group_id: str) -> OffsetReset:
-        return self.broker.share_groups.auto_offset_reset(group_id)
+        return self.settings.auto_offset_reset(group_id)
 
     # -- leaders ---------------------------------------------------------------------------------
 
@@ -103,7 +115,14 @@ class SharePartitions:
             if key[0] == group_id and (leader.sp is None or not leader.sp.in_flight_ranges()):
                 self.drop(leader)
 
-    async def connection_closed(self, conn: Any) -> None:
+    def bind_connection(self, conn: Connection) -> None:
+        """A session belongs to its connection: closing the connection releases the member's records."""
+        if conn.id not in self._bound:
+            self._bound.add(conn.id)
+            conn.on_close(self.connection_closed)
+
+    async def connection_closed(self, conn: Connection) -> None:
+        self._bound.discard(conn.id)
         for session in self.sessions.of_connection(conn.id):
             log.info("share session closed with its connection", group=session.group_id,
                      member=session.member_id, conn=conn.id)

@@ -16,12 +16,12 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.flusher import now_ms
-from sharebroker.broker.internal_topics import append_records, ensure_topic, read_records
+from sharebroker.broker.internal_topics import InternalLog, read_records
 from sharebroker.broker.share_state import records as rec
 from sharebroker.broker.share_state.store import (
     Key,
@@ -35,6 +35,10 @@ from sharebroker.broker.share_state.store import (
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from sharebroker.broker.topics import Topic, Topics
+    from sharebroker.config import BrokerConfig
+
 log = get_logger("sharebroker.share_state")
 
 STATE_TOPIC = "__share_group_state"
@@ -43,9 +47,11 @@ __all__ = ["ShareCoordinator", "ReadResult", "StateBatch", "Summary", "STATE_TOP
 
 
 class ShareCoordinator:
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, config: BrokerConfig, topics: Topics, internal: InternalLog) -> None:
+        self.config = config
+        self.topics = topics  # to check that a partition the state is asked for exists
+        self.internal = internal
+        cfg = config
         self.num_partitions: int = cfg["share.coordinator.state.topic.num.partitions"]
         self.store = ShareStateStore(cfg["share.coordinator.snapshot.update.records.per.snapshot"])
         self.linger_ms: int = cfg["share.coordinator.append.linger.ms"]
@@ -63,16 +69,16 @@ class ShareCoordinator:
 
     # -- the internal topic ----------------------------------------------------------------------
 
-    def _topic(self) -> Any:
-        return ensure_topic(self.broker, STATE_TOPIC, self.num_partitions,
-                            self.broker.config["share.coordinator.state.topic.segment.bytes"])
+    def _topic(self) -> Topic:
+        return self.internal.ensure(STATE_TOPIC, self.num_partitions,
+                                    self.config["share.coordinator.state.topic.segment.bytes"])
 
     def _partition_for(self, key: Key) -> int:
         return rec.state_partition(key[0], key[1], key[2], self.num_partitions)
 
     def load(self) -> None:
         """Replay `__share_group_state` into memory; runs before the listener accepts requests."""
-        topic = self.broker.topics.get(STATE_TOPIC)
+        topic = self.internal.get(STATE_TOPIC)
         if topic is None:
             return
         t0 = time.perf_counter()
@@ -116,7 +122,7 @@ class ShareCoordinator:
             self._draining.add(index)
             try:
                 partition = self._topic().partitions[index]
-                return await append_records(self.broker, partition, [(key_bytes, value)])
+                return await self.internal.append(partition, [(key_bytes, value)])
             except Exception as exc:
                 log.exception("share state append failed", state_partition=index)
                 raise KafkaError(ErrorCode.unknown_server_error, f"share state append failed: {exc}") from None
@@ -151,7 +157,7 @@ class ShareCoordinator:
                 items, self._queues[index] = self._queues[index], []
                 records = [r for recs, _ in items for r in recs]
                 try:
-                    offset = await append_records(self.broker, partition, records)
+                    offset = await self.internal.append(partition, records)
                 except Exception as exc:
                     log.exception("share state append failed", state_partition=index)
                     self._fail(items, exc)
@@ -203,7 +209,7 @@ class ShareCoordinator:
     # -- the persister operations ----------------------------------------------------------------
 
     def _check_partition(self, topic_id: uuid.UUID | None, partition: int) -> None:
-        topic = self.broker.topics.get_by_id(topic_id)
+        topic = self.topics.get_by_id(topic_id)
         if topic is None or not 0 <= partition < len(topic.partitions):
             raise KafkaError(ErrorCode.unknown_topic_or_partition,
                              f"Topic {topic_id} partition {partition} does not exist.")
@@ -271,7 +277,7 @@ class ShareCoordinator:
     async def prune(self) -> None:
         """Snapshot keys whose newest snapshot is old and has updates after it, then move each
         state partition's log start to the oldest newest-snapshot among its live keys."""
-        topic = self.broker.topics.get(STATE_TOPIC)
+        topic = self.internal.get(STATE_TOPIC)
         if topic is None:
             return
         now = now_ms()
