@@ -1,6 +1,6 @@
 """Reading raw settings: Java ``.properties`` files and ``KAFKA_*`` environment variables.
 
-Both produce plain ``name -> raw string`` maps; typing and validation happen in ``settings``.
+Both produce plain ``name -> raw string`` maps; typing and validation happen in ``definitions``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,122 @@
+"""DescribeConfigs entries for BROKER, TOPIC and GROUP resources: each setting's value, source, synonyms
+and documentation, as a Kafka broker reports them.
+
+Synonyms come in Kafka's order: the resource's own value (topic or group override), then the broker's
+dynamic per-broker, dynamic default and static values, then defaults; the first one is the source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from sharebroker.config.broker_config import BrokerConfig
+from sharebroker.config.broker_settings import BROKER_CONFIGS, BROKER_SYNONYM_GROUPS
+from sharebroker.config.definitions import ConfigDef, ConfigSource, GroupConfigDef, TopicConfigDef
+from sharebroker.config.group_config import group_default
+from sharebroker.config.group_settings import GROUP_CONFIGS
+from sharebroker.config.topic_config import topic_values
+from sharebroker.config.topic_settings import TOPIC_CONFIGS
+
+__all__ = ["ConfigSynonym", "DescribedConfig", "describe_broker_configs", "describe_group_configs",
+           "describe_topic_configs"]
+
+
+class ConfigSynonym(NamedTuple):
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass
+class DescribedConfig:
+    """One DescribeConfigs result entry."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    is_sensitive: bool
+    config_type: int
+    synonyms: list[ConfigSynonym] = field(default_factory=list)
+    documentation: str | None = None
+
+
+def _synonym(definition: ConfigDef, value: Any, source: ConfigSource) -> ConfigSynonym:
+    return ConfigSynonym(definition.name, definition.shown(value), int(source))
+
+
+def _described(definition: ConfigDef, value: Any, synonyms: list[ConfigSynonym], *, read_only: bool) -> DescribedConfig:
+    return DescribedConfig(
+        name=definition.name,
+        value=definition.shown(value),
+        source=synonyms[0].source if synonyms else int(ConfigSource.DEFAULT_CONFIG),
+        read_only=read_only,
+        is_sensitive=definition.is_sensitive,
+        config_type=definition.config_type,
+        synonyms=synonyms,
+        documentation=definition.doc,
+    )
+
+
+def _broker_synonyms(broker: BrokerConfig, names: Iterable[str]) -> list[ConfigSynonym]:
+    """Every set value of ``names``, layer by layer (most specific first), then their defaults."""
+    definitions = [BROKER_CONFIGS[name] for name in names]
+    entries = [_synonym(d, layer[d.name], source) for source, layer in broker.layers() for d in definitions if d.name in layer]
+    entries += [_synonym(d, d.default, ConfigSource.DEFAULT_CONFIG) for d in definitions if d.default is not None]
+    return entries
+
+
+def describe_broker_configs(broker: BrokerConfig, *, per_broker: bool = True) -> list[DescribedConfig]:
+    """DescribeConfigs for a BROKER resource: this node (all settings) or, with ``per_broker=False``,
+    the cluster default resource "" (only the dynamic defaults that are set, as Kafka)."""
+    dynamic_default = dict(broker.layers())[ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+    names = sorted(BROKER_CONFIGS) if per_broker else sorted(dynamic_default)
+    result: list[DescribedConfig] = []
+    for name in names:
+        definition = BROKER_CONFIGS[name]
+        entries = _broker_synonyms(broker, BROKER_SYNONYM_GROUPS.get(name, (name,)))
+        # Names listed before this one in its group do not describe it (log.retention.ms for .hours).
+        while entries and entries[0].name != name:
+            entries.pop(0)
+        if per_broker:
+            value = broker.value(name)
+        else:
+            entries = [e for e in entries if e.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+            value = dynamic_default[name]
+        result.append(_described(definition, value, entries, read_only=not definition.dynamic))
+    return result
+
+
+def _describe_overridable(broker: BrokerConfig, definitions: Iterable[TopicConfigDef | GroupConfigDef],
+                          values: Mapping[str, Any], overridden: Container[str], source: ConfigSource) -> list[DescribedConfig]:
+    """Settings a resource may override (TOPIC, GROUP): its own value when overridden, then the broker synonyms."""
+    result: list[DescribedConfig] = []
+    for definition in definitions:
+        value = values[definition.name]
+        own = [_synonym(definition, value, source)] if definition.name in overridden else []
+        entries = own + _broker_synonyms(broker, definition.broker_synonyms)
+        result.append(_described(definition, value, entries, read_only=False))
+    return result
+
+
+def _overridden(overrides: Mapping[str, str | None]) -> set[str]:
+    return {name for name, raw in overrides.items() if raw is not None}
+
+
+def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[DescribedConfig]:
+    """DescribeConfigs for a TOPIC: every topic setting; source TOPIC_CONFIG when overridden, else that
+    of the first broker synonym that is set, else DEFAULT_CONFIG."""
+    definitions = [TOPIC_CONFIGS[name] for name in sorted(TOPIC_CONFIGS)]
+    return _describe_overridable(broker, definitions, topic_values(broker, overrides), _overridden(overrides),
+                                 ConfigSource.TOPIC_CONFIG)
+
+
+def describe_group_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[DescribedConfig]:
+    """DescribeConfigs for a GROUP: every group setting; source GROUP_CONFIG when overridden, else the
+    broker synonym's source, else DEFAULT_CONFIG. Values are shown as stored, not clamped to the bounds."""
+    definitions = [GROUP_CONFIGS[name] for name in sorted(GROUP_CONFIGS)]
+    overridden = _overridden(overrides)
+    values = {d.name: d.parse(overrides[d.name]) if d.name in overridden else group_default(broker, d) for d in definitions}
+    return _describe_overridable(broker, definitions, values, overridden, ConfigSource.GROUP_CONFIG)
