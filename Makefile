@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set, so that every broker start (the
 # tests start many) skips compiling the sources: that alone is about 40% of start-up.
 bytecode: venv
-	$(PY) -m compileall -q sharebroker/*.py broker protocol storage config pipeline bench tests > /dev/null
+	$(PY) -m compileall -q sharebroker/*.py broker cli protocol storage config pipeline bench tests > /dev/null
 
 run: venv bytecode
 	$(VENV)/bin/sharebroker serve --listeners $(LISTENERS) --data-dir $(DATA_DIR)
@@ -27,12 +27,12 @@ test: venv bytecode lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # ruff over the whole tree, mypy --strict over the wire codec and storage, mypy with every
-# function typed over the server, the settings and the Spark pipeline (settings in
+# function typed over the server, the settings, the command line and the Spark pipeline (settings in
 # pyproject.toml); part of `make test`, so CI enforces them.
 lint: venv
-	$(PY) -m ruff check --quiet sharebroker/*.py broker protocol storage config pipeline bench tests
+	$(PY) -m ruff check --quiet sharebroker/*.py broker cli protocol storage config pipeline bench tests
 	$(PY) -m mypy --strict --no-error-summary -p sharebroker.protocol -p sharebroker.storage
-	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --no-error-summary -m sharebroker -p sharebroker.broker -p sharebroker.config -p sharebroker.pipeline
+	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --no-error-summary -m sharebroker -p sharebroker.broker -p sharebroker.config -p sharebroker.pipeline -p sharebroker.cli
 
 bench: venv bytecode
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'

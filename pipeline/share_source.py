@@ -315,7 +315,7 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 def share_group_start_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's share-partition start offsets (DescribeShareGroupOffsets); -1 where a partition
     is not initialized."""
-    from sharebroker.broker.tools.wire import Client, KafkaApiError, code_of
+    from sharebroker.cli.wire import Client, KafkaApiError, code_of
 
     with Client(bootstrap, timeout_ms=10_000, client_id="sharebroker-pipeline") as client:
         _node, conn = client.coordinator_conn(group)

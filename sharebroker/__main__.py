@@ -1,5 +1,5 @@
 """`python -m sharebroker ...` runs the command-line tool."""
 
-from sharebroker.broker.cli import main
+from sharebroker.cli.main import main
 
 raise SystemExit(main())

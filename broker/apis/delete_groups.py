@@ -29,6 +29,6 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         else:
             code, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."
         if code != ErrorCode.none:
-            log.info("group not deleted", group=group_id, error=ErrorCode(code).name, message=message)
-        results.append({"group_id": group_id, "error_code": code, "error_message": message})
+            log.info("group not deleted", group=group_id, error=code.name, message=message)
+        results.append({"group_id": group_id, "error_code": code})  # DeleteGroups has no message field
     return build(response_class(42, req.api_version), {"throttle_time": 0, "results": results})

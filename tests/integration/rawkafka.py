@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import gzip
-import io
 import socket
 import struct
 import time
@@ -16,35 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import crc32c
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.index import load_request_schema
+
+from sharebroker.protocol.client import ResponseStream, decode_response
+from sharebroker.protocol.client import encode_request as _encode_request
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
 # --------------------------------------------------------------------------------------------
-# Frames
+# Frames: headers, sizes and correlation ids are protocol/client.py's (decode_response too)
 
 
 def encode_request(req: Any, correlation_id: int, client_id: str | None = "rawkafka") -> bytes:
     """Size-prefixed request frame for a kio request entity."""
-    cls = type(req)
-    hdr_cls = cls.__header_schema__
-    out = io.BytesIO()
-    entity_writer(hdr_cls)(out, hdr_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                                        correlation_id=correlation_id, client_id=client_id))
-    entity_writer(cls)(out, req)
-    body = out.getvalue()
-    return struct.pack(">i", len(body)) + body
-
-
-def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
-    """(correlation id, response entity) from a frame without its size prefix."""
-    cls = load_response_schema(api_key, api_version)
-    hdr, n = entity_reader(cls.__header_schema__)(frame, 0)
-    body, _ = entity_reader(cls)(frame, n)
-    return hdr.correlation_id, body
+    return _encode_request(req, correlation_id, client_id)
 
 
 class ConnectionClosed(Exception):
@@ -60,7 +46,8 @@ class RawClient:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout = timeout
         self.client_id = client_id
-        self._corr = 0
+        self._corr = 0  # tests that pipeline their own frames take ids from here
+        self._responses = ResponseStream()
 
     # -- identity, as the broker sees it
     @property
@@ -76,23 +63,19 @@ class RawClient:
     def send_bytes(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def _recv_exact(self, n: int, deadline: float) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
+    def recv_frame(self, timeout: float | None = None) -> bytes:
+        """The next response frame without its size prefix."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while (frame := self._responses.next_frame()) is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"timed out reading {n} bytes (got {len(buf)})")
+                raise TimeoutError(f"timed out reading a frame (got {self._responses.buffered} bytes of it)")
             self.sock.settimeout(remaining)
-            chunk = self.sock.recv(n - len(buf))
+            chunk = self.sock.recv(1 << 20)
             if not chunk:
-                raise ConnectionClosed(f"connection closed after {len(buf)} of {n} bytes")
-            buf += chunk
-        return bytes(buf)
-
-    def recv_frame(self, timeout: float | None = None) -> bytes:
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        (size,) = struct.unpack(">i", self._recv_exact(4, deadline))
-        return self._recv_exact(size, deadline)
+                raise ConnectionClosed(f"connection closed after {self._responses.buffered} bytes of a frame")
+            self._responses.feed(chunk)
+        return frame
 
     def wait_closed(self, timeout: float = 5.0) -> bool:
         """True once the peer has closed (recv returns b"" or the connection is reset)."""

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("broker", "protocol", "storage", "config", "pipeline")
+ROOMS = ("broker", "protocol", "storage", "config", "pipeline", "cli")
 
 
 def test_an_application_with_its_own_config_and_storage_runs_the_broker(tmp_path: Path) -> None:

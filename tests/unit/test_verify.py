@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sharebroker.broker.cli import main as cli_main
+from sharebroker.cli.main import main as cli_main
 from sharebroker.protocol.crc import crc32c
 from sharebroker.protocol.record_batch import encode_batch, parse_batches
 from sharebroker.storage import LogConfig, PartitionLog

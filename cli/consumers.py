@@ -11,8 +11,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.tools.records import Record, decode
-from sharebroker.broker.tools.wire import Client, Connection, KafkaApiError, Node, ToolError, TopicInfo, code_of
+from sharebroker.cli.records import Record, decode
+from sharebroker.cli.wire import Client, Connection, KafkaApiError, Node, ToolError, TopicInfo, code_of
 
 TP = tuple[str, int]
 _RETRY_FETCH = (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
-from sharebroker.broker.tools.records import Record
-from sharebroker.broker.tools.wire import ToolError
+from sharebroker.cli.records import Record
+from sharebroker.cli.wire import ToolError
 
 KNOWN = {"print.timestamp", "print.key", "print.offset", "print.delivery", "print.epoch", "print.partition",
          "print.headers", "print.value", "key.separator", "line.separator", "headers.separator", "null.literal"}

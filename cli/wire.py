@@ -3,7 +3,8 @@
 It talks to any Kafka-compatible broker (this one or Apache Kafka): every connection starts with
 ApiVersions and each request is sent at the highest version both sides (and kio) know, within the
 range these tools were written for. Requests are plain dicts turned into kio entities with
-`protocol.codec.build`, so one dict shape serves every version (fields a version lacks are dropped).
+`protocol.codec.build`, so one dict shape serves every version (fields a version lacks are dropped);
+headers, framing and correlation ids are the sans-I/O codec's (protocol/client.py).
 """
 
 from __future__ import annotations
@@ -11,23 +12,23 @@ from __future__ import annotations
 import ast
 import base64
 import inspect
-import io
 import itertools
 import socket
-import struct
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
+from kio.schema.api_versions.v0 import ApiVersionsRequest as ApiVersionsRequestV0
+from kio.schema.api_versions.v3 import ApiVersionsRequest as ApiVersionsRequestV3
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
-from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import RequestPayload
 
+from sharebroker.protocol.client import ClientCodec, ResponseFrameError
 from sharebroker.protocol.codec import build
-
-_SIZE = struct.Struct(">i")
+from sharebroker.protocol.errors import KafkaError
 
 # Versions the tools speak: (lowest, highest). The request shapes below were written for them.
 TOOL_VERSIONS: dict[int, tuple[int, int]] = {
@@ -79,14 +80,14 @@ class ToolError(Exception):
         self.exit_code = exit_code
 
 
-class KafkaApiError(ToolError):
-    """An error code in a response."""
+class KafkaApiError(KafkaError, ToolError):
+    """An error code in a response: the one Kafka error type (its `code`), reported as a tool
+    error with what the tool was doing as context."""
 
     def __init__(self, code: int, message: str | None = None, context: str = "") -> None:
-        self.code = ErrorCode(int(code))
+        text = error_message(code, message)
+        super().__init__(ErrorCode(int(code)), f"{context}{text}" if context else text)  # then ToolError's
         self.broker_message = message
-        text = error_message(self.code, message)
-        super().__init__(f"{context}{text}" if context else text)
 
     @property
     def name(self) -> str:
@@ -183,7 +184,7 @@ class Connection:
         self.timeout = timeout
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._corr = 0
+        self.codec = ClientCodec(client_id)
         self.versions: dict[int, tuple[int, int]] = {}
         self._handshake()
 
@@ -197,58 +198,39 @@ class Connection:
         except OSError:
             pass
 
-    # -- framing
-    def _recv_exact(self, n: int, deadline: float) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"timed out waiting for a response from {self.address}")
-            self.sock.settimeout(remaining)
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
-            if not chunk:
-                raise ConnectionError(f"connection to {self.address} closed by the broker")
-            buf += chunk
-        return bytes(buf)
-
-    def _roundtrip(self, req: Any, timeout: float | None, expect_response: bool = True) -> Any:
-        cls = type(req)
-        self._corr += 1
-        corr = self._corr
-        out = io.BytesIO()
-        out.write(b"\0\0\0\0")
-        hdr_cls = cls.__header_schema__
-        entity_writer(hdr_cls)(out, hdr_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                                            correlation_id=corr, client_id=self.client_id))
-        entity_writer(cls)(out, req)
-        frame = out.getbuffer()
-        _SIZE.pack_into(frame, 0, len(frame) - 4)
-        self.sock.settimeout(self.timeout if timeout is None else timeout)
+    # -- framing (the codec does it; this moves the bytes)
+    def _roundtrip(self, req: RequestPayload, timeout: float | None, expect_response: bool = True) -> Any:
+        corr, frame = self.codec.encode(req, expect_response=expect_response)
+        wait = self.timeout if timeout is None else timeout
+        self.sock.settimeout(wait)
         self.sock.sendall(frame)
-        del frame
         if not expect_response:
             return None
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        (size,) = _SIZE.unpack(self._recv_exact(4, deadline))
-        data = self._recv_exact(size, deadline)
-        resp_cls = load_response_schema(cls.__api_key__, cls.__version__)
-        hdr, n = entity_reader(resp_cls.__header_schema__)(data, 0)
-        if hdr.correlation_id != corr:
-            raise ConnectionError(f"correlation id {hdr.correlation_id} from {self.address}, expected {corr}")
-        body, _ = entity_reader(resp_cls)(data, n)
+        deadline = time.monotonic() + wait
+        try:
+            while (response := self.codec.next_response()) is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"timed out waiting for a response from {self.address}")
+                self.sock.settimeout(remaining)
+                chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    raise ConnectionError(f"connection to {self.address} closed by the broker")
+                self.codec.receive(chunk)
+        except ResponseFrameError as exc:
+            raise ConnectionError(f"{exc} from {self.address}") from None
+        got, body = response
+        if got != corr:  # requests are sequential: an earlier one's response would be out of step
+            raise ConnectionError(f"correlation id {got} from {self.address}, expected {corr}")
         return body
 
     def _handshake(self) -> None:
-        cls: Any = load_request_schema(18, 3)  # ApiVersionsRequest v3
-        try:
-            resp = self._roundtrip(cls(client_software_name="sharebroker-cli", client_software_version="1.0"), None)
-        except (OSError, ConnectionError):
-            raise
-        except Exception:  # noqa: BLE001 - an old broker answers in the v0 shape, which v3 cannot decode
-            resp = None
-        if resp is None or int(resp.error_code) != 0:
-            # An old broker answers v0 shape; ask again with v0 on this connection.
-            resp = self._roundtrip(load_request_schema(18, 0)(), None)
+        # The codec reads an old broker's UNSUPPORTED_VERSION answer in the v0 shape.
+        resp = self._roundtrip(ApiVersionsRequestV3(client_software_name="sharebroker-cli",
+                                                    client_software_version="1.0"), None)
+        if int(resp.error_code) != 0:
+            # An old broker: ask again with v0 on this connection.
+            resp = self._roundtrip(ApiVersionsRequestV0(), None)
             if int(resp.error_code) != 0:
                 raise KafkaApiError(resp.error_code, None, f"ApiVersions to {self.address} failed: ")
         self.versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}

@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.tools.common import (
+from sharebroker.cli.common import (
     add_connection_options,
     check_action_options,
     check_describe_options,
@@ -25,8 +25,8 @@ from sharebroker.broker.tools.common import (
     usage_error,
     width,
 )
-from sharebroker.broker.tools.consumers import commit_offsets, decode_assignment, fetch_committed
-from sharebroker.broker.tools.offsets_common import (
+from sharebroker.cli.consumers import commit_offsets, decode_assignment, fetch_committed
+from sharebroker.cli.offsets_common import (
     add_reset_options,
     check_reset_scope,
     chosen_scenarios,
@@ -36,8 +36,8 @@ from sharebroker.broker.tools.offsets_common import (
     reset_partitions,
     reset_topics,
 )
-from sharebroker.broker.tools.share_groups import exception_text
-from sharebroker.broker.tools.wire import (
+from sharebroker.cli.share_groups import exception_text
+from sharebroker.cli.wire import (
     Client,
     KafkaApiError,
     Node,

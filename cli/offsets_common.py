@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from sharebroker.broker.tools.common import table, usage_error, width
-from sharebroker.broker.tools.wire import Client, KafkaApiError, ToolError, TopicInfo, error_message
+from sharebroker.cli.common import table, usage_error, width
+from sharebroker.cli.wire import Client, KafkaApiError, ToolError, TopicInfo, error_message
 
 SCENARIOS = ("to_offset", "to_earliest", "to_latest", "to_current", "to_datetime", "by_duration", "from_file",
              "shift_by")

@@ -13,8 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.tools.records import Record, decode
-from sharebroker.broker.tools.wire import (
+from sharebroker.cli.records import Record, decode
+from sharebroker.cli.wire import (
     Client,
     KafkaApiError,
     Node,

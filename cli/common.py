@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sharebroker.broker.tools.wire import Client, ToolError, code_of
+from sharebroker.cli.wire import Client, ToolError, code_of
 
 DEFAULT_TIMEOUT_MS = 30000
 MISSING = "-"

@@ -8,14 +8,14 @@ import re
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.tools.common import (
+from sharebroker.cli.common import (
     add_connection_options,
     client_from_args,
     int_value,
     run_tool,
     usage_error,
 )
-from sharebroker.broker.tools.wire import (
+from sharebroker.cli.wire import (
     Client,
     KafkaApiError,
     ToolError,

@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.tools.common import (
+from sharebroker.cli.common import (
     add_connection_options,
     check_action_options,
     check_describe_options,
@@ -29,7 +29,7 @@ from sharebroker.broker.tools.common import (
     usage_error,
     width,
 )
-from sharebroker.broker.tools.offsets_common import (
+from sharebroker.cli.offsets_common import (
     add_reset_options,
     check_reset_scope,
     chosen_scenarios,
@@ -39,7 +39,7 @@ from sharebroker.broker.tools.offsets_common import (
     reset_partitions,
     reset_topics,
 )
-from sharebroker.broker.tools.wire import (
+from sharebroker.cli.wire import (
     Client,
     KafkaApiError,
     Node,

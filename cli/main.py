@@ -1,4 +1,5 @@
-"""The `sharebroker` command line. `serve` runs the broker; later subcommands talk to any broker."""
+"""The `sharebroker` command line. `serve` runs the broker; the other subcommands are the tools,
+which talk to any broker."""
 
 from __future__ import annotations
 
@@ -79,6 +80,19 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add every tool's subcommand to the `sharebroker` parser."""
+    from sharebroker.cli import console, consumer_groups, share_groups, topics, verify
+    from sharebroker.pipeline.cli import add_parser as add_pipeline_parser
+
+    topics.add_parser(sub)
+    share_groups.add_parser(sub)
+    consumer_groups.add_parser(sub)
+    console.add_parsers(sub)
+    verify.add_parser(sub)
+    add_pipeline_parser(sub)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sharebroker", description="A Kafka-compatible broker with share groups.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] != ["serve"]:
         # The tools import their wire client and codecs; `serve` skips them to start sooner.
-        from sharebroker.broker.tools import add_tool_parsers
-
         add_tool_parsers(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":

@@ -13,18 +13,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.tools.common import (
+from sharebroker.cli.common import (
     add_connection_options,
     client_from_args,
     int_value,
     run_tool,
     usage_error,
 )
-from sharebroker.broker.tools.consumers import Fetcher, GroupMember
-from sharebroker.broker.tools.formatter import MessageFormatter, parse_properties
-from sharebroker.broker.tools.records import CODECS, encode
-from sharebroker.broker.tools.share_consumer import ACCEPT, REJECT, RELEASE, ShareConsumer
-from sharebroker.broker.tools.wire import (
+from sharebroker.cli.consumers import Fetcher, GroupMember
+from sharebroker.cli.formatter import MessageFormatter, parse_properties
+from sharebroker.cli.records import CODECS, encode
+from sharebroker.cli.share_consumer import ACCEPT, REJECT, RELEASE, ShareConsumer
+from sharebroker.cli.wire import (
     Client,
     KafkaApiError,
     ToolError,
