@@ -24,6 +24,7 @@ from sharebroker.protocol.codec import (
     encode_response,
     response_class,
 )
+from sharebroker.protocol.fetch_responses import Buffer
 
 if TYPE_CHECKING:
     from sharebroker.broker.server import Broker
@@ -65,7 +66,10 @@ class Connection:
                 if response is None:
                     reason = "unservable request"
                     break
-                if response:
+                if isinstance(response, list):
+                    frames.writelines(response)
+                    await frames.drain()
+                elif response:
                     frames.write(response)
                     await frames.drain()
         except asyncio.CancelledError:
@@ -74,8 +78,9 @@ class Connection:
         finally:
             await self._close(reason)
 
-    async def _process(self, frame: bytes | memoryview) -> bytes | None:
-        """Encoded response, b"" for no response (acks=0), None to close the connection."""
+    async def _process(self, frame: bytes | memoryview) -> bytes | list[Buffer] | None:
+        """The encoded response frame (a list of buffers from a handler that encodes its own), b""
+        for no response (acks=0), None to close the connection."""
         try:
             req = decode_request(frame)
         except UnsupportedVersion as exc:
@@ -112,8 +117,8 @@ class Connection:
                 return None
         if resp is None:
             return b""
-        if isinstance(resp, bytes):
-            return resp  # a hot-path handler encoded its own frame (ShareFetch)
+        if isinstance(resp, list):
+            return resp  # Fetch and ShareFetch encode their own frames, the records among them uncopied
         return encode_response(req.correlation_id, resp)
 
     def _log_frame_error(self, exc: FrameError) -> None:

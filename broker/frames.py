@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from sharebroker.protocol.fetch_responses import Buffer
+
 MIN_FRAME = 8  # api key, api version, correlation id
 _STAGING = 16 * 1024  # per connection: an idle connection costs little more than this
 _LARGE = 8 * 1024  # frames above this get a buffer of their own...
@@ -95,7 +97,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
-        self._out: list[bytes] = []
+        self._out: list[Buffer] = []
+        self._gather = False  # _out holds buffers that must reach the transport uncopied
 
     # -- asyncio callbacks -------------------------------------------------------------------------
 
@@ -318,12 +321,28 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if len(self._out) == 1:
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def writelines(self, parts: list[Buffer]) -> None:
+        """Queue a response given as buffers (record bytes from storage among them): they go to
+        the transport's writelines as they are, gathered by the kernel rather than copied here."""
+        self.last_active = time.monotonic()
+        first = not self._out
+        self._out += parts
+        self._gather = True
+        if first:
+            asyncio.get_running_loop().call_soon(self._flush)
+
     def _flush(self) -> None:
         out, self._out = self._out, []
+        gather, self._gather = self._gather, False
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or not out:
             return
-        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if len(out) == 1:
+            transport.write(out[0])
+        elif gather:
+            transport.writelines(out)
+        else:  # small answers: one join costs less than a buffer each
+            transport.write(b"".join(out))
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is above its high-water mark."""

@@ -107,7 +107,7 @@ def range_assign(members: dict[str, list[str]], partitions: dict[str, int]) -> d
 
 
 def fetch_committed(client: Client, group: str, partitions: dict[str, list[int]] | None,
-                    conn: Any = None) -> dict[TP, int]:
+                    conn: Connection | None = None) -> dict[TP, int]:
     """{(topic, partition): committed offset} (partitions None = every committed partition)."""
     if conn is None:
         _node, conn = client.coordinator_conn(group)
@@ -134,7 +134,7 @@ def fetch_committed(client: Client, group: str, partitions: dict[str, list[int]]
 
 
 def commit_offsets(client: Client, group: str, offsets: dict[TP, int], *, generation: int = -1, member_id: str = "",
-                   conn: Any = None) -> dict[TP, int]:
+                   conn: Connection | None = None) -> dict[TP, int]:
     """OffsetCommit; returns {(topic, partition): error code} for the partitions that failed."""
     if conn is None:
         _node, conn = client.coordinator_conn(group)

@@ -2,13 +2,16 @@
 
 Responses are built from plain dicts with `build(cls, data)`, which fills each version's fields
 from one shape: keys a version lacks are dropped, fields a version has but the dict lacks get the
-field's default (or the type's zero value). One builder per API then serves every version.
+field's default (or the type's zero value). One builder per API then serves every version. A key
+that no version of the response has at that place is a misspelling, and build() raises rather than
+let the field go out as a zero.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
 import functools
 import io
 import struct
@@ -16,15 +19,19 @@ import sys
 import types
 import typing
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Container, Mapping
+from pkgutil import resolve_name
+from typing import Any, NoReturn
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.index import schema_name_map
+from kio.static.constants import EntityType
 from kio.serial import entity_reader, entity_writer
 
 from sharebroker.protocol.bounds import MalformedLengths, check_body, check_header
-from sharebroker.protocol.api_table import is_supported
+from sharebroker.protocol.api_table import api_name, is_supported
+from sharebroker.protocol.errors import KafkaError
 from sharebroker.protocol.produce_request import decode_produce_body
 
 _HEADER_PREFIX = struct.Struct(">hhi")
@@ -138,12 +145,16 @@ class _FieldPlan:
     name: str
     kind: str  # plain | entity | entities | timedelta | datetime | error | uuid
     nested: Any  # the kio entity class of an entity field, else None
-    default: Any
-    has_default: bool
-    zero: Any
 
 
-_plans: dict[type, list[_FieldPlan]] = {}
+@dataclasses.dataclass(slots=True)
+class _Plan:
+    fields: dict[str, _FieldPlan]  # by name
+    zeros: dict[str, Any]  # the value of each field without a default that a dict leaves out
+    allowed: Container[str] | None = None  # the keys of other versions too; set at the first such key
+
+
+_plans: dict[type, _Plan] = {}
 _MISSING = dataclasses.MISSING
 
 
@@ -155,12 +166,13 @@ def _strip_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _plan(cls: type) -> list[_FieldPlan]:
+def _plan(cls: type) -> _Plan:
     plan = _plans.get(cls)
     if plan is not None:
         return plan
     hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
-    plan = []
+    fields: dict[str, _FieldPlan] = {}
+    zeros: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         tp, nullable = _strip_optional(hints[f.name])
         kafka_type = f.metadata.get("kafka_type")
@@ -190,14 +202,11 @@ def _plan(cls: type) -> list[_FieldPlan]:
             zero = None if nullable else b""
         elif kafka_type is not None:
             zero = 0
-        if f.default is not _MISSING:
-            default, has_default = f.default, True
-        elif f.default_factory is not _MISSING:
-            default, has_default = f.default_factory(), True
-        else:
-            default, has_default = None, False
-        plan.append(_FieldPlan(f.name, kind, nested, default, has_default, zero))
-    _plans[cls] = plan
+        fields[f.name] = _FieldPlan(f.name, kind, nested)
+        if f.default is _MISSING and f.default_factory is _MISSING:
+            # kio entities are frozen: one zero entity serves every build
+            zeros[f.name] = build(nested, {}) if kind == "entity" else zero
+    plan = _plans[cls] = _Plan(fields, zeros)
     return plan
 
 
@@ -208,43 +217,100 @@ def _ms(value: Any) -> datetime.timedelta:
 
 
 def build(cls: type, data: Mapping[str, Any] | Any) -> Any:
-    """Make a kio entity of `cls` from a dict; nested dicts and lists are converted recursively."""
+    """Make a kio entity of `cls` from a dict; nested dicts and lists are converted recursively.
+    Raises KafkaError naming the key for a key that is no field of `cls` in any version."""
     if dataclasses.is_dataclass(data) and not isinstance(data, Mapping):
         return data
-    kwargs: dict[str, Any] = {}
-    for p in _plan(cls):
-        if p.name in data:
-            value = data[p.name]
-        elif p.has_default:
-            continue
+    plan = _plans.get(cls) or _plan(cls)
+    fields = plan.fields
+    kwargs = plan.zeros.copy()
+    for name, value in data.items():
+        p = fields.get(name)
+        if p is None:  # dropped if a field of another version, else a misspelling
+            allowed = plan.allowed
+            if allowed is None:
+                allowed = plan.allowed = _allowed_keys(cls)
+            if name not in allowed:
+                _misspelt(cls, data, allowed)
+        elif value is None:
+            kwargs[name] = None
         else:
-            value = p.zero
-            if p.kind == "entity" and value is None:
-                value = {}
-        if value is None:
-            kwargs[p.name] = None
-            continue
-        kind = p.kind
-        if kind == "plain":
-            kwargs[p.name] = value
-        elif kind == "entities":
-            nested = p.nested
-            kwargs[p.name] = tuple(build(nested, v) for v in value)
-        elif kind == "entity":
-            kwargs[p.name] = build(p.nested, value)
-        elif kind == "error":
-            kwargs[p.name] = value if isinstance(value, ErrorCode) else ErrorCode(int(value))
-        elif kind == "timedelta":
-            kwargs[p.name] = _ms(value)
-        elif kind == "datetime":
-            if isinstance(value, datetime.datetime):
-                kwargs[p.name] = value
-            else:
-                kwargs[p.name] = datetime.datetime.fromtimestamp(int(value) / 1000, datetime.timezone.utc)
-        elif kind == "uuid":
-            kwargs[p.name] = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+            kind = p.kind
+            if kind == "plain":
+                kwargs[name] = value
+            elif kind == "entities":
+                nested = p.nested
+                kwargs[name] = tuple(build(nested, v) for v in value)
+            elif kind == "entity":
+                kwargs[name] = build(p.nested, value)
+            elif kind == "error":
+                kwargs[name] = value if isinstance(value, ErrorCode) else ErrorCode(int(value))
+            elif kind == "timedelta":
+                kwargs[name] = _ms(value)
+            elif kind == "datetime":
+                if isinstance(value, datetime.datetime):
+                    kwargs[name] = value
+                else:
+                    kwargs[name] = datetime.datetime.fromtimestamp(int(value) / 1000, datetime.timezone.utc)
+            elif kind == "uuid":
+                kwargs[name] = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
     return cls(**kwargs)
 
 
+def _misspelt(cls: type, data: Mapping[str, Any], allowed: Container[str]) -> NoReturn:
+    unknown = sorted(k for k in data if k not in allowed)
+    known = sorted(k for k in _plan(cls).fields)
+    hints = [f"{k!r} (did you mean {', '.join(map(repr, close))}?)" if (close := difflib.get_close_matches(k, known))
+             else repr(k) for k in unknown]
+    what = "is no field" if len(hints) == 1 else "are no fields"
+    raise KafkaError(ErrorCode.unknown_server_error,
+                     f"build(): {', '.join(hints)} {what} of {cls.__name__} in any version of the "
+                     f"{api_name(getattr(cls, '__api_key__', -1))} response")
+
+
+class _EveryKey:
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def _allowed_keys(cls: type) -> Container[str]:
+    """The keys build() accepts for `cls`: the field names of the entities found at the same place
+    (the same chain of field names from the top) in any version of the API's response. Every key
+    for what is not part of a response: requests, which the tools and tests build from one body
+    shared by many APIs, are not checked."""
+    parts = cls.__module__.split(".")  # kio.schema.<api>.v<N>.response
+    if len(parts) != 5 or parts[:2] != ["kio", "schema"] or parts[4] != "response":
+        return _EveryKey()
+    fields_at, paths_of = _response_shapes(parts[2])
+    paths = paths_of.get(cls)
+    if not paths:
+        return frozenset(_plan(cls).fields)
+    return frozenset().union(*(fields_at[path] for path in paths))
+
+
+_Path = tuple[str, ...]
+
+
+@functools.cache
+def _response_shapes(api: str) -> tuple[dict[_Path, frozenset[str]], dict[type, set[_Path]]]:
+    """Every version of one API's response walked once: the field names found at each path, and
+    the paths where each entity class sits."""
+    fields_at: dict[_Path, set[str]] = {}
+    paths_of: dict[type, set[_Path]] = {}
+
+    def walk(entity: type, path: _Path) -> None:
+        fields = _plan(entity).fields
+        fields_at.setdefault(path, set()).update(fields)
+        paths_of.setdefault(entity, set()).add(path)
+        for p in fields.values():
+            if p.nested is not None:
+                walk(p.nested, path + (p.name,))
+
+    for schemas in schema_name_map[api].values():
+        if EntityType.response in schemas:
+            walk(resolve_name(schemas[EntityType.response]), ())
+    return {path: frozenset(names) for path, names in fields_at.items()}, paths_of
+
+
 def has_field(cls: type, name: str) -> bool:
-    return any(p.name == name for p in _plan(cls))
+    return name in _plan(cls).fields

@@ -12,7 +12,6 @@ from sharebroker.broker.share.partition import validate_acknowledgement_batches
 from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sharebroker.broker.connection import Connection
     from sharebroker.broker.server import Broker
 
 MAX_MEMBER_ID_LENGTH = 36
@@ -23,10 +22,6 @@ def check_ids(group_id: str | None, member_id: str | None) -> None:
         raise KafkaError(ErrorCode.invalid_request, "Invalid group id in the request.")
     if not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
         raise KafkaError(ErrorCode.invalid_request, "Invalid member id in the request.")
-
-
-def bind_to_connection(broker: Broker, conn: Connection) -> None:
-    broker.share.bind_connection(conn)
 
 
 def merge_topics(topics: Any) -> dict[tuple[Any, int], Any]:

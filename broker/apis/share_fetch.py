@@ -4,80 +4,94 @@ partition of the share session, and long polling until records are acquirable or
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any
+import datetime
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.share_common import (
     apply_acknowledgements,
-    bind_to_connection,
     check_ids,
     current_leader,
     merge_topics,
     resolve_partition,
 )
-
+from sharebroker.broker.delayed_fetch import delayed_fetch
+from sharebroker.broker.share.leader import SharePartitionLeader
 from sharebroker.broker.share.partition import AcquireMode
-from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
+from sharebroker.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.protocol.codec import DecodedRequest, build, response_class
-from sharebroker.protocol.share_fetch_response import encode_share_fetch_response
+from sharebroker.broker.topics import Partition
+from sharebroker.protocol.codec import DecodedRequest
 from sharebroker.protocol.errors import KafkaError
+from sharebroker.protocol.fetch_responses import (
+    AcquiredRecords,
+    Buffer,
+    ShareFetchPartition,
+    ShareFetchTopic,
+    encode_share_fetch_response,
+)
+
+if TYPE_CHECKING:
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.server import Broker
 
 log = get_logger("sharebroker.share")
 
 # A single read is bounded so that a fetch of a few hundred records never copies megabytes.
 _READ_CAP_BYTES = 1 << 20
+_MS = datetime.timedelta(milliseconds=1)
+
+Key = tuple[uuid.UUID, int]  # (topic id, partition index)
 
 
-def _entry(broker: Any, index: int, partition: Any) -> dict[str, Any]:
-    return {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
-            "acknowledge_error_code": 0, "acknowledge_error_message": None,
-            "current_leader": current_leader(broker, partition), "records": b"", "acquired_records": ()}
+def _entry(broker: Broker, index: int, partition: Partition | None) -> ShareFetchPartition:
+    leader = current_leader(broker, partition)
+    return ShareFetchPartition(index, current_leader=(leader["leader_id"], leader["leader_epoch"]))
 
 
-async def _fetch(broker: Any, group_id: str, member_id: str, session: Any, body: Any, v: int,
-                 entries: dict[tuple[Any, int], dict[str, Any]]) -> None:
+async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSession, body: Any,
+                 entries: dict[Key, ShareFetchPartition]) -> None:
     """Acquire from the session's partitions, waiting up to MaxWaitMs for something to acquire."""
     keys = list(session.partitions)
     if not keys:
         return
     shift = session.epoch % len(keys)
     keys = keys[shift:] + keys[:shift]
-    leaders = []
+    leaders: list[tuple[Key, Partition, SharePartitionLeader]] = []
     for key in keys:
         partition, code, message = resolve_partition(broker, *key)
         if partition is None:
+            assert code is not None
             e = entries.setdefault(key, _entry(broker, key[1], None))
-            e.update(error_code=code, error_message=message)
+            e.error_code, e.error_message = code, message
             continue
         leader = broker.share.leader(group_id, partition)
         try:
             await leader.ensure_loaded()
         except KafkaError as exc:
             e = entries.setdefault(key, _entry(broker, key[1], partition))
-            e.update(error_code=exc.code, error_message=exc.message)
+            e.error_code, e.error_message = exc.code, exc.message
             continue
         leaders.append((key, partition, leader))
     if not leaders:
         return
     mode = AcquireMode(getattr(body, "share_acquire_mode", 0) or 0)
     per_partition_bytes = max(1, min(body.max_bytes // len(leaders), _READ_CAP_BYTES))
-    deadline = time.monotonic() + max(body.max_wait.total_seconds(), 0.0)
-    while True:
-        gone = [entry for entry in leaders if entry[2].fenced]
-        for key, _, leader in gone:
+
+    def attempt() -> bool:
+        """One pass over the leaders; whether anything was acquired."""
+        for gone in [entry for entry in leaders if entry[2].fenced]:
             # Dropped while this fetch waited (topic deleted, state fenced): answer its error now.
+            key = gone[0]
             partition, code, message = resolve_partition(broker, *key)
             e = entries.setdefault(key, _entry(broker, key[1], partition))
             if code is None:
                 code, message = ErrorCode.not_leader_or_follower, "The share partition leader was unloaded."
-            e.update(error_code=code, error_message=message)
-            leaders.remove((key, _, leader))
-        if not leaders:
-            return
+            e.error_code, e.error_message = code, message
+            leaders.remove(gone)
         remaining = body.max_records
         got_any = False
         for key, partition, leader in leaders:
@@ -94,33 +108,32 @@ async def _fetch(broker: Any, group_id: str, member_id: str, session: Any, body:
                 got_any = True
                 remaining -= sum(r.last_offset - r.first_offset + 1 for r in acq.acquired)
                 e = entries.setdefault(key, _entry(broker, key[1], partition))
-                e["records"] = acq.records
-                e["acquired_records"] = [{"first_offset": r.first_offset, "last_offset": r.last_offset,
-                                          "delivery_count": r.delivery_count} for r in acq.acquired]
+                e.records = acq.records
+                e.acquired_records = [AcquiredRecords(r.first_offset, r.last_offset, r.delivery_count)
+                                      for r in acq.acquired]
                 session.move_to_end(key)
-        wait = deadline - time.monotonic()
-        if got_any or wait <= 0:
-            return
-        waiters = [p.wait_for_append() for _, p, _ in leaders] + [broker.share.waiter(l.key) for _, _, l in leaders]
-        try:
-            await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
+        return got_any
+
+    def wakeups(_: bool) -> list[asyncio.Future[None]]:
+        # New records, or records acquirable again (acknowledged, released, lock expired).
+        return ([p.wait_for_append() for _, p, _ in leaders]
+                + [broker.share.waiter(leader.key) for _, _, leader in leaders])
+
+    clock = broker.clock
+    deadline = clock.monotonic_ms() + max(body.max_wait // _MS, 0)
+    await delayed_fetch(attempt, lambda got_any: got_any or not leaders, wakeups, deadline, clock)
 
 
 @api(78)
-async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
+async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[Buffer]:
     body = req.body
     v = req.api_version
-    cls = response_class(78, v)
     group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
 
-    def top_error(code: ErrorCode, message: str) -> Any:
+    def top_error(code: ErrorCode, message: str) -> list[Buffer]:
         log.warning("share fetch refused", conn=conn.id, group=group_id, member=member_id, epoch=epoch,
                     error=code.name, message=message)
-        return build(cls, {"throttle_time": 0, "error_code": code, "error_message": message,
-                           "acquisition_lock_timeout": 0, "responses": ()})
+        return encode_share_fetch_response(req.correlation_id, v, (), error_code=code, error_message=message)
 
     requested = merge_topics(body.topics)
     is_renew = bool(getattr(body, "is_renew_ack", False))
@@ -129,7 +142,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
         if is_renew:
             bad = [name for name, value in (("MaxBytes", body.max_bytes), ("MinBytes", body.min_bytes),
                                             ("MaxRecords", body.max_records),
-                                            ("MaxWaitMs", int(body.max_wait.total_seconds() * 1000))) if value != 0]
+                                            ("MaxWaitMs", body.max_wait // _MS)) if value != 0]
             if bad:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"{', '.join(bad)} must be 0 when IsRenewAck is true.")
@@ -143,7 +156,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
             except KafkaError:
                 await asyncio.sleep(max(body.max_wait.total_seconds(), 0.0))  # Kafka delays this refusal
                 raise
-            bind_to_connection(broker, conn)
+            broker.share.bind_connection(conn)
             for key in requested:
                 session.add(key)
         else:
@@ -158,7 +171,7 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
     except KafkaError as exc:
         return top_error(exc.code, exc.message)
 
-    entries: dict[tuple[Any, int], dict[str, Any]] = {}
+    entries: dict[Key, ShareFetchPartition] = {}
     for key, p in requested.items():
         if not p.acknowledgement_batches:
             continue
@@ -166,24 +179,23 @@ async def handle(broker: Any, conn: Any, req: DecodedRequest) -> Any:
                                                      p.acknowledgement_batches, version=v, is_renew=is_renew)
         partition, _, _ = resolve_partition(broker, *key)
         e = entries.setdefault(key, _entry(broker, key[1], partition))
-        e.update(acknowledge_error_code=int(code), acknowledge_error_message=message)
+        e.acknowledge_error_code, e.acknowledge_error_message = code, message
 
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
-        await _fetch(broker, group_id, member_id, session, body, v, entries)
+        await _fetch(broker, group_id, member_id, session, body, entries)
 
     for key in list(session.pending_new):
         partition, unresolved, why = resolve_partition(broker, *key)
         e = entries.setdefault(key, _entry(broker, key[1], partition))
-        if unresolved is not None and e["error_code"] == ErrorCode.none:
-            e.update(error_code=unresolved, error_message=why)
+        if unresolved is not None and e.error_code == ErrorCode.none:
+            e.error_code, e.error_message = unresolved, why
     session.pending_new.clear()
 
-    by_topic: dict[Any, list[dict[str, Any]]] = {}
+    by_topic: dict[uuid.UUID, list[ShareFetchPartition]] = {}
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
     return encode_share_fetch_response(
-        req.correlation_id, error_code=ErrorCode.none, error_message=None,
-        acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms,
-        topics=by_topic.items())
+        req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],
+        acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms)
