@@ -13,25 +13,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.cli.common import (
-    add_connection_options,
-    client_from_args,
-    int_value,
-    run_tool,
-    usage_error,
-)
+from sharebroker.cli.common import add_connection_options, client_from_args, int_value, run_tool, usage_error
 from sharebroker.cli.consumers import Fetcher, GroupMember
 from sharebroker.cli.formatter import MessageFormatter, parse_properties
 from sharebroker.cli.records import CODECS, encode
 from sharebroker.cli.share_consumer import ACCEPT, REJECT, RELEASE, ShareConsumer
-from sharebroker.cli.wire import (
-    Client,
-    KafkaApiError,
-    ToolError,
-    TopicInfo,
-    code_of,
-    error_message,
-)
+from sharebroker.cli.wire import Client, KafkaApiError, ToolError, TopicInfo, code_of, error_message
 
 DEFAULT_SHARE_GROUP = "console-share-consumer"
 

@@ -37,14 +37,7 @@ from sharebroker.cli.offsets_common import (
     reset_topics,
 )
 from sharebroker.cli.share_groups import exception_text
-from sharebroker.cli.wire import (
-    Client,
-    KafkaApiError,
-    Node,
-    ToolError,
-    code_of,
-    error_message,
-)
+from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message
 
 ACTIONS = ("list", "describe", "delete", "reset_offsets")
 VALID_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning", "Reconciling")

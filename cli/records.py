@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sharebroker.protocol.record_batch import (
-    BATCH_HEADER_SIZE,
-    LOG_OVERHEAD,
-    decode_records,
-    encode_batch,
-    read_header,
-)
+from sharebroker.protocol.record_batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, decode_records, encode_batch, read_header
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 

@@ -14,15 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.cli.records import Record, decode
-from sharebroker.cli.wire import (
-    Client,
-    KafkaApiError,
-    Node,
-    ToolError,
-    code_of,
-    error_message,
-    new_member_id,
-)
+from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message, new_member_id
 
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 INT32_MAX = 2**31 - 1

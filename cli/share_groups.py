@@ -39,14 +39,7 @@ from sharebroker.cli.offsets_common import (
     reset_partitions,
     reset_topics,
 )
-from sharebroker.cli.wire import (
-    Client,
-    KafkaApiError,
-    Node,
-    ToolError,
-    code_of,
-    error_message,
-)
+from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message
 
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
 VALID_STATES = ("Empty", "Stable", "Dead")

@@ -8,21 +8,8 @@ import re
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.cli.common import (
-    add_connection_options,
-    client_from_args,
-    int_value,
-    run_tool,
-    usage_error,
-)
-from sharebroker.cli.wire import (
-    Client,
-    KafkaApiError,
-    ToolError,
-    TopicInfo,
-    code_of,
-    topic_id_text,
-)
+from sharebroker.cli.common import add_connection_options, client_from_args, int_value, run_tool, usage_error
+from sharebroker.cli.wire import Client, KafkaApiError, ToolError, TopicInfo, code_of, topic_id_text
 
 TOPIC_RESOURCE = 2
 DEFAULT_CONFIG_SOURCE = 5
