@@ -5,11 +5,13 @@ which on Linux read CLOCK_MONOTONIC and are comparable across processes."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
 import struct
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, ShareConsumer, TopicPartition
@@ -32,7 +34,19 @@ def make_producer(bootstrap: str, failed: list[int] | None = None, **extra: Any)
     return Producer(conf)
 
 
+def produce_when_room(p: Producer, topic: str, value: bytes, backoff: float, **kw: Any) -> None:
+    """produce(), serving delivery reports for `backoff` seconds at a time while the local queue
+    is full."""
+    while True:
+        try:
+            p.produce(topic, value, **kw)
+            return
+        except BufferError:
+            p.poll(backoff)
+
+
 def _produce_loop(p: Producer, topic: str, n: int, payload: bytes, partitions: int | None) -> None:
+    """The timed loop: `produce_when_room` inlined, one call less per record."""
     produce = p.produce
     for i in range(n):
         while True:
@@ -48,20 +62,26 @@ def _produce_loop(p: Producer, topic: str, n: int, payload: bytes, partitions: i
             p.poll(0)
 
 
+def _timed_produce(p: Producer, failed: list[int], what: str, topic: str, n: int, payload: bytes,
+                   partitions: int | None) -> dict[str, Any]:
+    """`n` records timed from the first produce() to the end of flush(): {"elapsed": s}, or
+    {"error": ...} when any was not delivered."""
+    t0 = time.perf_counter()
+    _produce_loop(p, topic, n, payload, partitions)
+    left = p.flush(300)
+    elapsed = time.perf_counter() - t0
+    if left or failed[0]:
+        return {"error": f"{what}: {left} undelivered, {failed[0]} failed"}
+    return {"elapsed": elapsed}
+
+
 def produce_backlog(bootstrap: str, topic: str, n: int, size: int, partitions: int, out) -> None:
     """Untimed set-up: write `n` records of `size` bytes round-robin over the partitions."""
     try:
         failed = [0]
         p = make_producer(bootstrap, failed, **{"linger.ms": 20, "batch.num.messages": 10000, "batch.size": 1_000_000,
                                             "acks": 1})
-        t0 = time.perf_counter()
-        _produce_loop(p, topic, n, b"x" * size, partitions)
-        left = p.flush(300)
-        elapsed = time.perf_counter() - t0
-        if left or failed[0]:
-            out.put({"error": f"backlog produce: {left} undelivered, {failed[0]} failed"})
-        else:
-            out.put({"elapsed": elapsed})
+        out.put(_timed_produce(p, failed, "backlog produce", topic, n, b"x" * size, partitions))
     except Exception as e:  # noqa: BLE001 - reported to the runner
         out.put({"error": f"backlog produce: {e!r}"})
 
@@ -72,17 +92,37 @@ def produce_timed(bootstrap: str, topic: str, n: int, size: int, out) -> None:
         failed = [0]
         p = make_producer(bootstrap, failed, **{"acks": "all", "linger.ms": 5})
         p.list_topics(topic, timeout=10)  # metadata fetched before the clock starts
-        payload = os.urandom(size)
-        t0 = time.perf_counter()
-        _produce_loop(p, topic, n, payload, None)
-        left = p.flush(300)
-        elapsed = time.perf_counter() - t0
-        if left or failed[0]:
-            out.put({"error": f"produce: {left} undelivered, {failed[0]} failed"})
-        else:
-            out.put({"elapsed": elapsed})
+        out.put(_timed_produce(p, failed, "produce", topic, n, os.urandom(size), None))
     except Exception as e:  # noqa: BLE001
         out.put({"error": f"produce: {e!r}"})
+
+
+@contextlib.contextmanager
+def share_consumer(bootstrap: str, group: str, client_id: str, topic: str, **extra: Any) -> Iterator[ShareConsumer]:
+    """A quiet ShareConsumer subscribed to `topic`, closed on the way out."""
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id, **QUIET, **extra})
+    c.subscribe([topic])
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def polls(c: ShareConsumer, stop: Any, timeout: float) -> Iterator[list[Any]]:
+    """Each non-empty poll of `c` until the event `stop` is set."""
+    while not stop.is_set():
+        msgs = c.poll(timeout)
+        if msgs:
+            yield msgs
+
+
+def commit_quietly(c: ShareConsumer, timeout: float = 5) -> None:
+    """commit_sync after the measurement (in implicit mode it accepts what the last poll returned);
+    a failure there is not a figure."""
+    try:
+        c.commit_sync(timeout)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def share_drain(bootstrap: str, topic: str, group: str, index: int, n: int, per_partition: int,
@@ -91,13 +131,8 @@ def share_drain(bootstrap: str, topic: str, group: str, index: int, n: int, per_
     (partition, offset) it receives in shared bitmaps; whichever consumer completes the set
     stamps marks[1] and sets `stop`. counters = [distinct, deliveries, redelivered, errors];
     marks = [first delivery, drained]."""
-    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": f"bench-{index}", **QUIET})
-    c.subscribe([topic])
-    try:
-        while not stop.is_set():
-            msgs = c.poll(0.2)
-            if not msgs:
-                continue
+    with share_consumer(bootstrap, group, f"bench-{index}", topic) as c:
+        for msgs in polls(c, stop, 0.2):
             now = time.perf_counter()
             with lock:
                 if marks[0] == 0.0:
@@ -119,12 +154,7 @@ def share_drain(bootstrap: str, topic: str, group: str, index: int, n: int, per_
                 if counters[0] >= n and marks[1] == 0.0:
                     marks[1] = time.perf_counter()
                     stop.set()
-        try:
-            c.commit_sync(5)  # implicit mode: accept what the last poll returned
-        except Exception:  # noqa: BLE001 - after the measurement; not a figure
-            pass
-    finally:
-        c.close()
+        commit_quietly(c)
 
 
 def classic_drain(bootstrap: str, topic: str, partitions: int, n: int, out) -> None:
@@ -194,10 +224,7 @@ def live_consumer(bootstrap: str, topic: str, group: str, index: int, warmup_rec
     try:
         c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": f"live-{index}", **QUIET})
         c.subscribe([topic])
-        while not stop.is_set():
-            msgs = c.poll(0.1)
-            if not msgs:
-                continue
+        for msgs in polls(c, stop, 0.1):
             now = time.monotonic_ns()
             k = 0
             for m in msgs:
@@ -209,10 +236,7 @@ def live_consumer(bootstrap: str, topic: str, group: str, index: int, warmup_rec
                     lat.append((now - sent) / 1e6)
             with received.get_lock():
                 received.value += k
-        try:
-            c.commit_sync(5)
-        except Exception:  # noqa: BLE001
-            pass
+        commit_quietly(c)
         c.close()
         out.put({"latencies_ms": lat})
     except Exception as e:  # noqa: BLE001

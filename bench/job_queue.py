@@ -19,10 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ShareConsumer
-
 from bench import clients
-from bench.clients import QUIET
 from bench.run import CTX, FreshBroker, child, create_topic, reap, run_for_result
 
 TOPIC = "jobs"
@@ -35,12 +32,7 @@ def produce_jobs(bootstrap: str, n: int, out) -> None:
         failed = [0]
         p = clients.make_producer(bootstrap, failed, **{"linger.ms": 0, "batch.num.messages": 1, "acks": 1})
         for i in range(n):
-            while True:
-                try:
-                    p.produce(TOPIC, b"job-%d" % i, partition=0)
-                    break
-                except BufferError:
-                    p.poll(0.005)
+            clients.produce_when_room(p, TOPIC, b"job-%d" % i, 0.005, partition=0)
             if i % 1000 == 0:
                 p.poll(0)
         left = p.flush(300)
@@ -52,14 +44,9 @@ def produce_jobs(bootstrap: str, n: int, out) -> None:
 def worker(bootstrap: str, index: int, n: int, seen, counters, marks, lock, stop) -> None:
     """One explicit-ack worker: poll one job, ACCEPT it. counters = [distinct, deliveries,
     redelivered]; marks = [first delivery, drained]."""
-    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "client.id": f"worker-{index}",
-                       "share.acknowledgement.mode": "explicit", "max.poll.records": 1, **QUIET})
-    c.subscribe([TOPIC])
-    try:
-        while not stop.is_set():
-            msgs = c.poll(0.2)
-            if not msgs:
-                continue
+    with clients.share_consumer(bootstrap, GROUP, f"worker-{index}", TOPIC,
+                                **{"share.acknowledgement.mode": "explicit", "max.poll.records": 1}) as c:
+        for msgs in clients.polls(c, stop, 0.2):
             now = time.perf_counter()
             for m in msgs:
                 if m.error() is not None:
@@ -78,12 +65,7 @@ def worker(bootstrap: str, index: int, n: int, seen, counters, marks, lock, stop
                     if counters[0] >= n and marks[1] == 0.0:
                         marks[1] = time.perf_counter()
                         stop.set()
-        try:
-            c.commit_sync(5)
-        except Exception:  # noqa: BLE001 - after the measurement
-            pass
-    finally:
-        c.close()
+        clients.commit_quietly(c)
 
 
 def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600) -> dict[str, Any]:

@@ -20,16 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer, ShareConsumer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-    ResourceType,
-)
+from confluent_kafka import KafkaError, Producer
 
+from bench import clients
+from bench.run import create_topic
 from tests.support.broker_process import BrokerProcess
 
 STATE_TOPIC = "__share_group_state"
@@ -127,12 +121,7 @@ def produce(bootstrap: str, n: int, size: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         struct.pack_into(">q", payload, 0, i)
-        while True:
-            try:
-                p.produce(TOPIC, value=bytes(payload), partition=i % 4, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.01)
+        clients.produce_when_room(p, TOPIC, bytes(payload), 0.01, partition=i % 4, on_delivery=on_delivery)
         if i % 10000 == 0:
             p.poll(0)
     left = p.flush(120)
@@ -155,14 +144,8 @@ def consume(bootstrap: str, n: int, consumers: int, partitions: int, timeout: fl
     errors: list[str] = []
 
     def run(i: int) -> None:
-        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "client.id": f"bench-{i}",
-                           "log_level": 3})
-        c.subscribe([TOPIC])
-        try:
-            while not done.is_set():
-                msgs = c.poll(0.5)
-                if not msgs:
-                    continue
+        with clients.share_consumer(bootstrap, GROUP, f"bench-{i}", TOPIC) as c:
+            for msgs in clients.polls(c, done, 0.5):
                 with lock:
                     marks.setdefault("first", time.perf_counter())
                     for m in msgs:
@@ -181,8 +164,6 @@ def consume(bootstrap: str, n: int, consumers: int, partitions: int, timeout: fl
                         marks["done"] = time.perf_counter()
                         done.set()
             c.commit_sync(30)  # implicit mode: accept what the last poll returned
-        finally:
-            c.close()
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(consumers)]
     t0 = time.perf_counter()
@@ -199,15 +180,6 @@ def consume(bootstrap: str, n: int, consumers: int, partitions: int, timeout: fl
         t.join(60)
     return {**counters, "elapsed": marks["done"] - t0, "elapsed_from_first": marks["done"] - marks["first"],
             "errors": len(errors)}
-
-
-def setup_topic_and_group(bootstrap: str) -> None:
-    a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    a.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])[TOPIC].result(30)
-    res = ConfigResource(ResourceType.GROUP, GROUP, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    for fut in a.incremental_alter_configs([res]).values():
-        fut.result(30)
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         broker.start()
         try:
             b = broker.bootstrap
-            setup_topic_and_group(b)
+            create_topic(b, TOPIC, 4, share_group=GROUP)
             t_prod = produce(b, args.records, args.size)
             print(f"produce: {args.records:,} x {args.size} B to 4 partitions in {t_prod:.1f} s "
                   f"({args.records / t_prod:,.0f} records/s)", flush=True)

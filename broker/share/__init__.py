@@ -1,27 +1,8 @@
-"""Share-partition leader: the pure in-flight state machine (partition.py, inflight.py)."""
+"""Share-partition leader (share-groups-spec §5-§7). Import from the defining modules:
 
-from sharebroker.broker.share.partition import (
-    AcknowledgeType,
-    AcquiredRange,
-    AcquireMode,
-    LogBatch,
-    PersistedBatch,
-    RecordState,
-    ShareLimits,
-    SharePartition,
-    StateWrite,
-    validate_acknowledgement_batches,
-)
-
-__all__ = [
-    "AcknowledgeType",
-    "AcquireMode",
-    "AcquiredRange",
-    "LogBatch",
-    "PersistedBatch",
-    "RecordState",
-    "ShareLimits",
-    "SharePartition",
-    "StateWrite",
-    "validate_acknowledgement_batches",
-]
+- ``partition``: ``SharePartition``, the pure in-flight state machine, and its value types;
+- ``inflight``: the range map it keeps its pieces in, and ``RecordState``;
+- ``leader``: the owner of one share partition's state, its persister calls and lock timer;
+- ``partitions``: every leader on the broker, the share-session cache and delayed-fetch wake-ups;
+- ``sessions``: share sessions.
+"""

@@ -15,6 +15,7 @@ across broker restarts and crashes, through confluent_kafka.ShareConsumer (librd
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import struct
@@ -22,6 +23,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,35 @@ def _close_quietly(*consumers: Any) -> None:
             c.close()
         except Exception:  # noqa: BLE001, S110 - the broker may be down; nothing to check here
             pass
+
+
+def _share_setup(broker: BrokerProcess, topic: str, **group_configs: str) -> tuple[str, str, uuid.UUID]:
+    """`topic` created and a new share group reading it from the earliest offset (plus
+    `group_configs`): (bootstrap, group, topic id)."""
+    b = broker.bootstrap
+    create_topic(b, topic)
+    group = new_group()
+    set_earliest(b, group, **group_configs)
+    return b, group, topic_id(b, topic)
+
+
+@contextlib.contextmanager
+def _member(bootstrap: str, group: str, topic: str, **conf: Any) -> Iterator[Any]:
+    """An explicit-mode share consumer of `topic`, closed quietly on the way out."""
+    c = share_consumer(bootstrap, group, [topic], explicit=True, **conf)
+    try:
+        yield c
+    finally:
+        _close_quietly(c)
+
+
+def _acknowledging(c: Any, topic: str, kind: AcknowledgeType = AcknowledgeType.ACCEPT) -> Callable[[list[Any]], None]:
+    """An on_batch callback: acknowledge every record of the batch as `kind`, then commit_sync."""
+    def on_batch(batch: list[Any]) -> None:
+        for m in batch:
+            c.acknowledge(m, kind)
+        commit_ok(c, topic)
+    return on_batch
 
 
 def _state_call(bootstrap: str, api_key: int, version: int, group: str, tid: uuid.UUID, **fields: Any) -> Any:
@@ -121,16 +152,11 @@ def offsets_counts(msgs: list[Any]) -> list[tuple[int, int]]:
 
 def test_acknowledgements_survive_a_graceful_restart(make_broker, topic_name):
     broker = make_broker(FAST_SHARE_BROKER)
-    b = broker.bootstrap
-    create_topic(b, topic_name)
-    group = new_group()
-    set_earliest(b, group)
-    tid = topic_id(b, topic_name)
+    b, group, tid = _share_setup(broker, topic_name)
     raw_produce(b, topic_name, [[f"r-{i}".encode() for i in range(100)]])  # one log batch, 0..99
 
     # phase 1: ACCEPT 0-29, RELEASE 30-39, REJECT 40-49, keep 50-99 acquired and unacknowledged
-    c1 = share_consumer(b, group, [topic_name], explicit=True, log_level=0)  # closed while the broker is down
-    try:
+    with _member(b, group, topic_name, log_level=0) as c1:  # closed while the broker is down
         got = poll_until(c1, lambda g: len(g) > 0, TIMEOUT, what="the first poll")
         # acquisition is log-batch aligned: the one batch comes in one poll (we may not poll again
         # without acknowledging everything, and 50-99 must stay unacknowledged)
@@ -148,8 +174,6 @@ def test_acknowledgements_survive_a_graceful_restart(make_broker, topic_name):
         assert before.state_epoch >= 0, before
 
         assert broker.stop() == 0  # SIGTERM with c1's share session open and 50-99 acquired
-    finally:
-        _close_quietly(c1)
     broker.start()
 
     after = state_summary(b, group, tid)
@@ -174,18 +198,12 @@ def test_acknowledgements_survive_a_graceful_restart(make_broker, topic_name):
         ("earliest", ConfigSource.GROUP_CONFIG.value), (entry.value, entry.source)
 
     # phase 2: a fresh member gets exactly 30-39 (second delivery) and 50-99, never 0-29 / 40-49
-    c2 = share_consumer(b, group, [topic_name], explicit=True)
-    try:
-        def accept(batch):
-            for m in batch:
-                c2.acknowledge(m, AcknowledgeType.ACCEPT)
-            commit_ok(c2, topic_name)
-        expected = set(range(30, 40)) | set(range(50, 100))
+    expected = set(range(30, 40)) | set(range(50, 100))
+    with _member(b, group, topic_name) as c2:
+        accept = _acknowledging(c2, topic_name)
         got = poll_until(c2, lambda g: {m.offset() for m in g} >= expected, TIMEOUT, on_batch=accept,
                          what="offsets 30-39 and 50-99")
         got += poll_for(c2, 1.5, on_batch=accept)
-    finally:
-        _close_quietly(c2)
     pairs = offsets_counts(got)
     offsets = [o for o, _ in pairs]
     assert offsets == sorted(expected), f"redelivered or missing: {pairs}"
@@ -200,31 +218,23 @@ def test_expired_delivery_counts_and_archived_records_survive_restarts(make_brok
     broker = make_broker({**FAST_SHARE_BROKER, "group.share.min.record.lock.duration.ms": str(lock_ms),
                           "group.share.record.lock.duration.ms": str(lock_ms),
                           "group.share.delivery.count.limit": "3"})
-    b = broker.bootstrap
-    create_topic(b, topic_name)
-    group = new_group()
-    set_earliest(b, group)
-    tid = topic_id(b, topic_name)
+    b, group, tid = _share_setup(broker, topic_name)
     raw_produce(b, topic_name, [[f"x-{i}".encode() for i in range(20)]])  # one log batch, 0..19
 
     # round 1: acquire 0-19 and let the lock expire; the expiry is persisted with count 1
-    c1 = share_consumer(b, group, [topic_name], explicit=True, log_level=0)  # closed while the broker is down
-    try:
+    with _member(b, group, topic_name, log_level=0) as c1:  # closed while the broker is down
         got = poll_until(c1, lambda g: len(g) > 0, TIMEOUT, what="the first poll")
         assert offsets_counts(got) == [(o, 1) for o in range(20)]
         wait_for(lambda: state_batches(b, group, tid)[1] == [(0, 19, AVAILABLE, 1)], TIMEOUT, interval=0.1,
                  message="the expired acquisition persisted as AVAILABLE with delivery count 1")
         assert broker.stop() == 0
-    finally:
-        _close_quietly(c1)
     broker.start()
     # later rounds must not race a 1 s lock: give this group a long one (group level)
     set_group_configs(b, group, {"share.record.lock.duration.ms": "30000"})
 
     # round 2: the expired records come back with count 2; RELEASE 0-9, REJECT 10-14, ACCEPT 15-19,
     # then RELEASE 0-9 a second time at count 3 = the delivery count limit -> archived
-    c2 = share_consumer(b, group, [topic_name], explicit=True, log_level=0)  # closed while the broker is down
-    try:
+    with _member(b, group, topic_name, log_level=0) as c2:  # closed while the broker is down
         got = poll_until(c2, lambda g: len(g) > 0, TIMEOUT, what="the records after the restart")
         assert offsets_counts(got) == [(o, 2) for o in range(20)], "expiry delivery counts lost in the restart"
         for m in got:
@@ -233,10 +243,7 @@ def test_expired_delivery_counts_and_archived_records_survive_restarts(make_brok
             c2.acknowledge(m, kind)
         commit_ok(c2, topic_name)
         # a record on its last attempt is delivered alone (delivery throttling near the limit, §5.4)
-        def release(batch):
-            for m in batch:
-                c2.acknowledge(m, AcknowledgeType.RELEASE)
-            commit_ok(c2, topic_name)
+        release = _acknowledging(c2, topic_name, AcknowledgeType.RELEASE)
         again = poll_until(c2, lambda g: len(g) >= 10, TIMEOUT, on_batch=release, what="the released records")
         again += poll_for(c2, 1.0, on_batch=release)
         assert offsets_counts(again) == [(o, 3) for o in range(10)], offsets_counts(again)
@@ -248,23 +255,15 @@ def test_expired_delivery_counts_and_archived_records_survive_restarts(make_brok
                     for o in range(start, 20)}
         assert per_offset == expected, (start, batches)
         assert broker.stop() == 0
-    finally:
-        _close_quietly(c2)
     broker.start()
 
     # round 3: nothing of 0-19 is delivered again; a new record is
     produce_values(b, topic_name, [b"after-restarts"])
-    c3 = share_consumer(b, group, [topic_name], explicit=True)
-    try:
-        def accept(batch):
-            for m in batch:
-                c3.acknowledge(m, AcknowledgeType.ACCEPT)
-            commit_ok(c3, topic_name)
+    with _member(b, group, topic_name) as c3:
+        accept = _acknowledging(c3, topic_name)
         got = poll_until(c3, lambda g: any(m.offset() == 20 for m in g), TIMEOUT, on_batch=accept,
                          what="the record produced after the restarts")
         got += poll_for(c3, 1.5, on_batch=accept)
-    finally:
-        _close_quietly(c3)
     assert [(m.offset(), m.delivery_count(), m.value()) for m in got] == [(20, 1, b"after-restarts")], \
         [(m.offset(), m.delivery_count()) for m in got]
     # 0-19 are behind the persisted start offset (20, or 21 once a later write carries the new SPSO)
@@ -461,11 +460,8 @@ def _crash_diagnostics(load: CrashLoad, broker: BrokerProcess) -> str:
 @pytest.mark.slow
 def test_kill_under_share_load_never_redelivers_confirmed_records(make_broker, topic_name):
     broker = make_broker(FAST_SHARE_BROKER, fsync=True)
-    b = broker.bootstrap
-    create_topic(b, topic_name)
-    group = new_group()
     # a short lock bounds how long records acquired by a dead session stay locked
-    set_earliest(b, group, **{"share.record.lock.duration.ms": "5000"})
+    b, group, tid = _share_setup(broker, topic_name, **{"share.record.lock.duration.ms": "5000"})
 
     load = CrashLoad(b, topic_name, group)
     load.start()
@@ -490,8 +486,6 @@ def test_kill_under_share_load_never_redelivers_confirmed_records(make_broker, t
         # drained: every produced record was confirmed to a client, or lies below the persisted
         # share-partition start offset (terminal: its ACCEPT reached the broker, but the answer was
         # lost when the broker was killed; checked against the state log below)
-        tid = topic_id(b, topic_name)
-
         def drained() -> bool:
             spso = state_summary(b, group, tid).start_offset
             with load.lock:
@@ -588,11 +582,7 @@ def test_state_topic_stays_bounded_and_is_replayed(make_broker, topic_name):
                           "share.coordinator.state.topic.prune.interval.ms": "1000",
                           "share.coordinator.cold.partition.snapshot.interval.ms": "1000",
                           "share.coordinator.snapshot.update.records.per.snapshot": "10"})
-    b = broker.bootstrap
-    create_topic(b, topic_name)
-    group = new_group()
-    set_earliest(b, group)
-    tid = topic_id(b, topic_name)
+    b, group, tid = _share_setup(broker, topic_name)
     p = Producer(producer_conf(b, **{"linger.ms": 20, "batch.num.messages": 2000, "log_level": 0}))
     acked = [0]
 
@@ -610,10 +600,9 @@ def test_state_topic_stays_bounded_and_is_replayed(make_broker, topic_name):
     assert p.flush(30) == 0 and acked[0] == n
 
     # ACCEPT everything in acknowledgement batches of `chunk` records: one state write each
-    c = share_consumer(b, group, [topic_name], explicit=True)
     commits = 0
     seen: set[int] = set()
-    try:
+    with _member(b, group, topic_name) as c:
         deadline = time.monotonic() + 120
         while len(seen) < n:
             assert time.monotonic() < deadline, f"consumed {len(seen)} of {n}"
@@ -627,8 +616,6 @@ def test_state_topic_stays_bounded_and_is_replayed(make_broker, topic_name):
                     c.acknowledge(m, AcknowledgeType.ACCEPT)
                 commit_ok(c, topic_name)
                 commits += 1
-    finally:
-        _close_quietly(c)
     assert commits >= n // chunk
 
     # after the workload: a cold snapshot of the key, then a prune moves the log start of its
@@ -652,16 +639,10 @@ def test_state_topic_stays_bounded_and_is_replayed(make_broker, topic_name):
     # the state is right after the replay: nothing is delivered again; new records are
     assert n - chunk <= state_summary(b, group, tid).start_offset <= n
     produce_values(b, topic_name, [b"new-0", b"new-1"])
-    c = share_consumer(b, group, [topic_name], explicit=True)
-    try:
-        def accept(batch):
-            for m in batch:
-                c.acknowledge(m, AcknowledgeType.ACCEPT)
-            commit_ok(c, topic_name)
+    with _member(b, group, topic_name) as c:
+        accept = _acknowledging(c, topic_name)
         got = poll_until(c, lambda g: len(g) >= 2, TIMEOUT, on_batch=accept, what="the two new records")
         got += poll_for(c, 1.0, on_batch=accept)
-    finally:
-        _close_quietly(c)
     assert offsets_counts(got) == [(n, 1), (n + 1, 1)], offsets_counts(got)[:20]
     assert "Traceback" not in broker.log_text(), broker.log_text()[-4000:]
 
@@ -677,20 +658,10 @@ def test_small_state_topic_segments_are_refused_or_work(make_broker, topic_name)
     except RuntimeError as exc:  # refused at start-up: acceptable
         assert "segment.bytes" in str(exc), exc
         return
-    b = broker.bootstrap
-    create_topic(b, topic_name)
-    group = new_group()
-    set_earliest(b, group)
+    b, group, _tid = _share_setup(broker, topic_name)
     produce_values(b, topic_name, [b"one", b"two"])
-    c = share_consumer(b, group, [topic_name], explicit=True)
-    try:
-        def accept(batch):
-            for m in batch:
-                c.acknowledge(m, AcknowledgeType.ACCEPT)
-            commit_ok(c, topic_name)
-        got = poll_until(c, lambda g: len(g) >= 2, 15, on_batch=accept,
+    with _member(b, group, topic_name) as c:
+        got = poll_until(c, lambda g: len(g) >= 2, 15, on_batch=_acknowledging(c, topic_name),
                          what="records of a share group on a broker with small state segments")
-    finally:
-        _close_quietly(c)
     assert offsets_counts(got) == [(0, 1), (1, 1)]
     assert "Traceback" not in broker.log_text(), broker.log_text()[-4000:]

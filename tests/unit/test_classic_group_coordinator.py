@@ -11,12 +11,9 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.groups.classic_group import EMPTY, STABLE
 from sharebroker.broker.server import Broker
-from sharebroker.config import BrokerConfig
+from tests.unit.test_group_log import compact_consumer_offsets, running_broker
 
-
-def _broker(path: Path) -> Broker:
-    return Broker(BrokerConfig.load(None, {}, {"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0",
-                                               "group.initial.rebalance.delay.ms": "0"}))
+SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
 
 
 async def _stable_member(b: Broker, group: str) -> str:
@@ -43,9 +40,7 @@ async def _commit(b: Broker, group: str, offsets: list[tuple[str, int, int]], *,
 
 
 async def test_groups_and_offsets_survive_compaction_and_restart(tmp_path: Path) -> None:
-    b = _broker(tmp_path)
-    await b.start()
-    try:
+    async with running_broker(tmp_path, SETTINGS) as b:
         b.topics.create("t", 2, {}, now_ms())
         member = await _stable_member(b, "g")
         for i in range(40):
@@ -54,17 +49,9 @@ async def test_groups_and_offsets_survive_compaction_and_restart(tmp_path: Path)
         await _commit(b, "gone", [("t", 1, 3)])
         assert await b.classic_groups.delete_group("gone") == (ErrorCode.none, None)
         assert (await b.classic_groups.delete_group("g"))[0] == ErrorCode.non_empty_group
-        offsets = b.topics.get("__consumer_offsets")
-        size_before = sum(p.log.high_watermark - p.log.log_start_offset for p in offsets.partitions)
-        await b.group_log.compact(force=True)
-        size_after = sum(p.log.high_watermark - p.log.log_start_offset for p in offsets.partitions)
-        assert size_after < size_before
-    finally:
-        await b.stop()
+        await compact_consumer_offsets(b)
 
-    b2 = _broker(tmp_path)
-    await b2.start()
-    try:
+    async with running_broker(tmp_path, SETTINGS) as b2:
         groups = b2.classic_groups.groups
         assert set(groups) == {"g", "simple"}
         g = groups["g"]
@@ -80,14 +67,10 @@ async def test_groups_and_offsets_survive_compaction_and_restart(tmp_path: Path)
         assert fetched == [("t", [(0, 39, -1, "m39", ErrorCode.none), (1, 78, -1, "m78", ErrorCode.none)])]
         assert await b2.classic_groups.fetch_offsets("gone", [("t", [1])], False) == [
             ("t", [(1, -1, -1, "", ErrorCode.none)])]
-    finally:
-        await b2.stop()
 
 
 async def test_offsets_of_empty_groups_expire_and_the_group_goes(tmp_path: Path) -> None:
-    b = _broker(tmp_path)
-    await b.start()
-    try:
+    async with running_broker(tmp_path, SETTINGS) as b:
         b.topics.create("t", 1, {}, now_ms())
         member = await _stable_member(b, "g")
         await _commit(b, "g", [("t", 0, 5)], member=member, generation=1)
@@ -102,30 +85,16 @@ async def test_offsets_of_empty_groups_expire_and_the_group_goes(tmp_path: Path)
         assert b.classic_groups.groups["g"].state == EMPTY
         await b.classic_groups.expire_offsets(now_ms() + retention + 1)
         assert "g" not in b.classic_groups.groups
-    finally:
-        await b.stop()
-    b2 = _broker(tmp_path)
-    await b2.start()
-    try:
+    async with running_broker(tmp_path, SETTINGS) as b2:
         assert b2.classic_groups.groups == {}
-    finally:
-        await b2.stop()
 
 
 async def test_topic_deletion_drops_its_offsets(tmp_path: Path) -> None:
-    b = _broker(tmp_path)
-    await b.start()
-    try:
+    async with running_broker(tmp_path, SETTINGS) as b:
         b.topics.create("t", 1, {}, now_ms())
         b.topics.create("u", 1, {}, now_ms())
         await _commit(b, "s", [("t", 0, 3), ("u", 0, 4)])
         await b.delete_topic("t")
         assert set(b.classic_groups.groups["s"].offsets) == {("u", 0)}
-    finally:
-        await b.stop()
-    b2 = _broker(tmp_path)
-    await b2.start()
-    try:
+    async with running_broker(tmp_path, SETTINGS) as b2:
         assert set(b2.classic_groups.groups["s"].offsets) == {("u", 0)}
-    finally:
-        await b2.stop()

@@ -3,7 +3,9 @@ in-process (no sockets needed), compacted and then reopened."""
 
 from __future__ import annotations
 
+import contextlib
 import types
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from sharebroker.broker.flusher import now_ms
@@ -11,8 +13,26 @@ from sharebroker.broker.server import Broker
 from sharebroker.config import BrokerConfig
 
 
-def _broker(path: Path) -> Broker:
-    return Broker(BrokerConfig.load(None, {}, {"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0"}))
+@contextlib.asynccontextmanager
+async def running_broker(path: Path, settings: dict[str, str] | None = None) -> AsyncIterator[Broker]:
+    """A Broker with its log dir at `path` (an ephemeral port; `settings` on top), started, and
+    stopped on the way out."""
+    b = Broker(BrokerConfig.load(None, {}, {"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                                            **(settings or {})}))
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.stop()
+
+
+async def compact_consumer_offsets(b: Broker) -> None:
+    """Force a compaction of __consumer_offsets and check that it shrank the live records."""
+    offsets = b.topics.get("__consumer_offsets")
+    size_before = sum(p.log.high_watermark - p.log.log_start_offset for p in offsets.partitions)
+    await b.group_log.compact(force=True)
+    size_after = sum(p.log.high_watermark - p.log.log_start_offset for p in offsets.partitions)
+    assert size_after < size_before
 
 
 def _heartbeat(group: str, member: str, epoch: int, topics: tuple[str, ...] | None) -> types.SimpleNamespace:
@@ -24,9 +44,7 @@ CONN = types.SimpleNamespace(client_id="cid", client_host="/127.0.0.1")
 
 
 async def test_compaction_keeps_live_groups_and_drops_history(tmp_path: Path) -> None:
-    b = _broker(tmp_path)
-    await b.start()
-    try:
+    async with running_broker(tmp_path) as b:
         b.topics.create("t", 2, {}, now_ms())
         epochs = {}
         for i in range(30):  # many changes: joins, leaves
@@ -36,18 +54,8 @@ async def test_compaction_keeps_live_groups_and_drops_history(tmp_path: Path) ->
                 await b.share_groups.heartbeat(_heartbeat("g1", f"m{i}", -1, None), CONN)
         await b.share_groups.heartbeat(_heartbeat("g2", "x", 0, ("t",)), CONN)
         before = {gid: g.persisted_signature() for gid, g in b.share_groups.groups.items()}
-        offsets = b.topics.get("__consumer_offsets")
-        size_before = sum(p.log.high_watermark - p.log.log_start_offset for p in offsets.partitions)
-        await b.group_log.compact(force=True)
-        size_after = sum(p.log.high_watermark - p.log.log_start_offset for p in offsets.partitions)
-        assert size_after < size_before
-    finally:
-        await b.stop()
-    b2 = _broker(tmp_path)
-    await b2.start()
-    try:
+        await compact_consumer_offsets(b)
+    async with running_broker(tmp_path) as b2:
         after = {gid: g.persisted_signature() for gid, g in b2.share_groups.groups.items()}
         assert after == before
         assert set(b2.share_groups.groups["g1"].members) == {f"m{i}" for i in range(0, 30, 2)}
-    finally:
-        await b2.stop()

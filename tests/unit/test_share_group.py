@@ -61,6 +61,17 @@ def beat(g: ShareGroup, topics: dict[str, TopicInfo], member: str, epoch: int,
     return g.members[member].epoch
 
 
+def joined_group(topics: dict[str, TopicInfo], subscriptions: dict[str, tuple[str, ...]]) -> ShareGroup:
+    """Members join (epoch 0) with their subscriptions, in order; then the coordinator initializes
+    the share partitions and reconciles once for all of them."""
+    g = ShareGroup("g")
+    for member, subscribed in subscriptions.items():
+        hb(g, member, 0, subscribed)
+    init_all(g, topics)
+    g.reconcile(topics)
+    return g
+
+
 def parts(g: ShareGroup, member: str, info: TopicInfo) -> set[int]:
     """The member's target assignment: what its next heartbeat hands it."""
     return set(g.target.get(member, {}).get(info.topic_id, frozenset()))
@@ -550,12 +561,7 @@ def test_mark_initialized_bumps_epoch_and_members_follow(t4):
 
 
 def test_members_take_the_assignment_epoch_on_their_heartbeat(t4):
-    g = ShareGroup("g")
-    topics = {"t": t4}
-    for m in "ABC":
-        hb(g, m, 0, ("t",))
-    init_all(g, topics)
-    g.reconcile(topics)
+    g = joined_group({"t": t4}, {m: ("t",) for m in "ABC"})
     for m in "ABC":
         g.advance_member(m)
     assert {g.members[m].epoch for m in "ABC"} == {g.assignment_epoch}
@@ -591,13 +597,7 @@ def test_partition_count_change_bumps_epoch():
 
 def test_heterogeneous_subscriptions_balance_per_topic():
     t1, t2 = topic("t1", 4), topic("t2", 4)
-    topics = {"t1": t1, "t2": t2}
-    g = ShareGroup("g")
-    hb(g, "A", 0, ("t1", "t2"))
-    hb(g, "B", 0, ("t1",))
-    hb(g, "C", 0, ("t2",))
-    init_all(g, topics)
-    g.reconcile(topics)
+    g = joined_group({"t1": t1, "t2": t2}, {"A": ("t1", "t2"), "B": ("t1",), "C": ("t2",)})
     assert len(parts(g, "A", t1)) == 2 and len(parts(g, "A", t2)) == 2
     assert parts(g, "A", t1) | parts(g, "B", t1) == {0, 1, 2, 3}
     assert not parts(g, "A", t1) & parts(g, "B", t1)
@@ -608,13 +608,7 @@ def test_heterogeneous_subscriptions_balance_per_topic():
 
 def test_heterogeneous_sharing_per_topic():
     t1, t2 = topic("t1", 1), topic("t2", 3)
-    topics = {"t1": t1, "t2": t2}
-    g = ShareGroup("g")
-    hb(g, "A", 0, ("t1", "t2"))
-    hb(g, "B", 0, ("t1",))
-    hb(g, "C", 0, ("t1",))
-    init_all(g, topics)
-    g.reconcile(topics)
+    g = joined_group({"t1": t1, "t2": t2}, {"A": ("t1", "t2"), "B": ("t1",), "C": ("t1",)})
     assert all(parts(g, m, t1) == {0} for m in "ABC")
     assert parts(g, "A", t2) == {0, 1, 2}
 

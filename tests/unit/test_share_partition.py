@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sharebroker.broker.share import (
-    AcquireMode,
-    LogBatch,
-    PersistedBatch,
-    RecordState,
-    ShareLimits,
-    SharePartition,
-    validate_acknowledgement_batches,
-)
+from sharebroker.broker.share.inflight import RecordState
+from sharebroker.broker.share.partition import (AcquireMode, LogBatch, PersistedBatch, ShareLimits, SharePartition,
+                                                validate_acknowledgement_batches)
 from sharebroker.protocol.errors import ErrorCode, KafkaError
 
 AV, AQ, AK, AR = RecordState.AVAILABLE, RecordState.ACQUIRED, RecordState.ACKNOWLEDGED, RecordState.ARCHIVED
@@ -70,6 +64,16 @@ def owners(sp: SharePartition):
 
 def wb(w):
     return [(b.first_offset, b.last_offset, b.state, b.delivery_count) for b in w.batches]
+
+
+def redelivered(first: int, last: int, lim: ShareLimits, *, member: str = "a") -> SharePartition:
+    """Records 0-9 acquired by "a", then `first`-`last` of them released and acquired again by
+    `member`: their second delivery."""
+    sp = SharePartition(start_offset=0)
+    acq(sp, "a", [(0, 9)], lim=lim, now=0)
+    ack(sp, "a", [(first, last, [RELEASE])], lim=lim)
+    acq(sp, member, [(first, last)], lim=lim, now=0)
+    return sp
 
 
 def expect_error(code: int, fn, *args, match: str | None = None, **kw) -> KafkaError:
@@ -801,18 +805,13 @@ class TestLockExpiry:
         assert sp.next_lock_deadline() == 2 * LOCK + 5
         assert expire(sp, 2 * LOCK) is None
 
-    def test_ack_cancels_lock(self):
+    @pytest.mark.parametrize("kind", [ACCEPT, RELEASE], ids=["ack", "release"])
+    def test_acknowledgement_cancels_lock(self, kind):
         sp = SharePartition(start_offset=0)
         acq(sp, "a", [(0, 9)])
-        ack(sp, "a", [(0, 9, [ACCEPT])])
+        ack(sp, "a", [(0, 9, [kind])])
         assert sp.next_lock_deadline() is None
         assert expire(sp, 10 * LOCK) is None
-
-    def test_release_cancels_lock(self):
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)])
-        ack(sp, "a", [(0, 9, [RELEASE])])
-        assert sp.next_lock_deadline() is None
 
     def test_per_offset_locks_after_partial_ack(self):
         sp = SharePartition(start_offset=0)
@@ -898,10 +897,7 @@ class TestLockExpiry:
 
     def test_write_failure_after_expiry_on_last_delivery_archives(self):
         lim = limits(delivery_count_limit=2)
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)], lim=lim, now=0)
-        ack(sp, "a", [(0, 9, [RELEASE])], lim=lim)
-        acq(sp, "a", [(0, 9)], lim=lim, now=0)
+        sp = redelivered(0, 9, lim)
         w = ack(sp, "a", [(0, 9, [ACCEPT])], lim=lim, now=10, commit=False)
         assert sp.delivery_complete_count == 10
         sp.rollback(w, limits=lim, now_ms=LOCK)
@@ -910,10 +906,7 @@ class TestLockExpiry:
 
     def test_write_failure_after_expiry_on_last_delivery_offsets(self):
         lim = limits(delivery_count_limit=2)
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)], lim=lim, now=0)
-        ack(sp, "a", [(5, 9, [RELEASE])], lim=lim)
-        acq(sp, "a", [(5, 9)], lim=lim, now=0)
+        sp = redelivered(5, 9, lim)
         w = ack(sp, "a", [(5, 9, [ACCEPT])], lim=lim, now=10, commit=False)
         assert sp.delivery_complete_count == 5
         expire(sp, LOCK, lim=lim)  # 0..4 (count 1) become AVAILABLE
@@ -939,10 +932,7 @@ class TestLockExpiry:
 
     def test_archived_on_expiry_despite_write_failure(self):
         lim = limits(delivery_count_limit=2)
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)], lim=lim)
-        ack(sp, "a", [(0, 9, [RELEASE])], lim=lim)
-        acq(sp, "a", [(0, 9)], lim=lim)
+        sp = redelivered(0, 9, lim)
         w = expire(sp, LOCK, lim=lim, commit=False)
         sp.rollback(w, limits=lim, now_ms=LOCK)
         assert (sp.start_offset, ranges(sp)) == (10, [])
@@ -1094,19 +1084,13 @@ class TestDeliveryLimit:
     lim = limits(delivery_count_limit=2)
 
     def test_release_at_limit_archives_batch(self):
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)], lim=self.lim)
-        ack(sp, "a", [(0, 9, [RELEASE])], lim=self.lim)
-        acq(sp, "a", [(0, 9)], lim=self.lim)
+        sp = redelivered(0, 9, self.lim)
         w = ack(sp, "a", [(0, 9, [RELEASE])], lim=self.lim)
         assert wb(w) == [(0, 9, 4, 2)]
         assert (sp.start_offset, ranges(sp)) == (10, [])
 
     def test_subset_at_limit_archived_batch_remains(self):
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)], lim=self.lim)
-        ack(sp, "a", [(0, 9, [RELEASE])], lim=self.lim)
-        acq(sp, "a", [(0, 9)], lim=self.lim)
+        sp = redelivered(0, 9, self.lim)
         w = ack(sp, "a", [(0, 4, [RELEASE])], lim=self.lim)
         assert wb(w) == [(0, 4, 4, 2)]
         assert sp.start_offset == 5
@@ -1114,10 +1098,7 @@ class TestDeliveryLimit:
         assert sp.delivery_complete_count == 0
 
     def test_subset_archived_in_middle_keeps_cache(self):
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)], lim=self.lim)
-        ack(sp, "a", [(0, 9, [RELEASE])], lim=self.lim)
-        acq(sp, "a", [(0, 9)], lim=self.lim)
+        sp = redelivered(0, 9, self.lim)
         ack(sp, "a", [(3, 5, [RELEASE])], lim=self.lim)
         assert ranges(sp) == [(0, 2, AQ, 2), (3, 5, AR, 2), (6, 9, AQ, 2)]
         assert sp.delivery_complete_count == 3
@@ -1134,10 +1115,7 @@ class TestDeliveryLimit:
         assert wb(w) == [(5, 9, 0, 2)]
 
     def test_release_member_at_limit_archives_subset(self):
-        sp = SharePartition(start_offset=0)
-        acq(sp, "a", [(0, 9)], lim=self.lim)
-        ack(sp, "a", [(5, 9, [RELEASE])], lim=self.lim)
-        acq(sp, "b", [(5, 9)], lim=self.lim)
+        sp = redelivered(5, 9, self.lim, member="b")
         w = release(sp, "b", lim=self.lim)
         assert wb(w) == [(5, 9, 4, 2)]
         assert ranges(sp) == [(0, 4, AQ, 1), (5, 9, AR, 2)]

@@ -12,15 +12,8 @@ import random
 
 import pytest
 
-from sharebroker.broker.share import (
-    AcquireMode,
-    LogBatch,
-    PersistedBatch,
-    RecordState,
-    ShareLimits,
-    SharePartition,
-)
-from sharebroker.broker.share.inflight import TERMINAL_STATES
+from sharebroker.broker.share.inflight import TERMINAL_STATES, RecordState
+from sharebroker.broker.share.partition import AcquireMode, LogBatch, PersistedBatch, ShareLimits, SharePartition
 from sharebroker.protocol.errors import KafkaError
 
 LOCK = 1000

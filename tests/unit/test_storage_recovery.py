@@ -57,16 +57,28 @@ def batch_positions(path: Path) -> list[int]:
     return [h.position for h in parse_batches(path.read_bytes(), verify_crc=True)]
 
 
+def crashed(path: Path, batches: int, *, config: LogConfig) -> tuple[Path, list[int]]:
+    """`batches` one-record batches written and the process crashed; the first segment file and
+    the positions of its batches."""
+    crash(fill(path, batches, config=config))
+    seg = path / "00000000000000000000.log"
+    return seg, batch_positions(seg)
+
+
+def flip(file: Path, pos: int, mask: int = 0xFF) -> None:
+    """XOR the byte at `pos` with `mask`."""
+    data = bytearray(file.read_bytes())
+    data[pos] ^= mask
+    file.write_bytes(data)
+
+
 def last_log(path: Path) -> Path:
     return sorted(path.glob("*.log"))[-1]
 
 
 def test_torn_tail_is_cut_exactly_at_the_last_good_batch(tmp_path: Path) -> None:
     path = tmp_path / "orders-0"
-    log = fill(path, 10, config=LogConfig())
-    crash(log)
-    seg = path / "00000000000000000000.log"
-    starts = batch_positions(seg)
+    seg, starts = crashed(path, 10, config=LogConfig())
     full = seg.stat().st_size
     os.truncate(seg, starts[-1] + 40)  # the last batch is half written
     again = reopen(path, config=LogConfig())
@@ -85,9 +97,7 @@ def test_torn_tail_is_cut_exactly_at_the_last_good_batch(tmp_path: Path) -> None
 @pytest.mark.parametrize("garbage", [b"\x00" * 300, os.urandom(500), b"\x00\x00\x00\x00\x00\x00\x00\x09" + b"\xff" * 80])
 def test_garbage_after_last_good_batch_is_removed(tmp_path: Path, garbage: bytes) -> None:
     path = tmp_path / "t-0"
-    log = fill(path, 5, config=LogConfig())
-    crash(log)
-    seg = path / "00000000000000000000.log"
+    seg, _ = crashed(path, 5, config=LogConfig())
     good = seg.stat().st_size
     with open(seg, "ab") as f:
         f.write(garbage)
@@ -102,13 +112,8 @@ def test_garbage_after_last_good_batch_is_removed(tmp_path: Path, garbage: bytes
 
 def test_corrupt_crc_in_last_batch_is_cut(tmp_path: Path) -> None:
     path = tmp_path / "t-0"
-    log = fill(path, 6, config=LogConfig())
-    crash(log)
-    seg = path / "00000000000000000000.log"
-    starts = batch_positions(seg)
-    data = bytearray(seg.read_bytes())
-    data[starts[-1] + 75] ^= 0x01  # a record byte of the last batch
-    seg.write_bytes(data)
+    seg, starts = crashed(path, 6, config=LogConfig())
+    flip(seg, starts[-1] + 75, 0x01)  # a record byte of the last batch
     again = reopen(path, config=LogConfig())
     assert again.log_end_offset == 5 and seg.stat().st_size == starts[-1]
     assert "CRC mismatch" in again.recovery_report[0]
@@ -122,10 +127,7 @@ def test_corrupt_batch_in_an_earlier_segment_drops_the_later_ones(tmp_path: Path
     assert len(segs) >= 3
     crash(log)
     victim = segs[1][1]
-    starts = batch_positions(victim)
-    data = bytearray(victim.read_bytes())
-    data[starts[2] + 70] ^= 0xFF
-    victim.write_bytes(data)
+    flip(victim, batch_positions(victim)[2] + 70)
     again = reopen(path, recovery_point=segs[1][0])
     assert again.log_end_offset == segs[1][0] + 2
     assert [s.base_offset for s in again.segments] == [segs[0][0], segs[1][0]]
@@ -144,9 +146,7 @@ def test_batches_below_the_recovery_point_are_not_scanned(tmp_path: Path, monkey
     log.flush()
     crash(log)
     # Corrupt a record (inside the CRC) in the first segment: below the recovery point.
-    data = bytearray(segs[0][1].read_bytes())
-    data[100] ^= 0xFF
-    segs[0][1].write_bytes(data)
+    flip(segs[0][1], 100)
     checked: list[tuple[str, int]] = []
     real = segment_module.verify_batches
 
@@ -182,13 +182,8 @@ def test_clean_shutdown_checks_no_crc(tmp_path: Path, monkeypatch) -> None:
 
 def test_corruption_past_recovery_point_inside_segment_is_found(tmp_path: Path) -> None:
     path = tmp_path / "t-0"
-    log = fill(path, 20, config=LogConfig(index_interval_bytes=250))
-    crash(log)
-    seg = path / "00000000000000000000.log"
-    starts = batch_positions(seg)
-    data = bytearray(seg.read_bytes())
-    data[starts[15] + 70] ^= 0xFF
-    seg.write_bytes(data)
+    seg, starts = crashed(path, 20, config=LogConfig(index_interval_bytes=250))
+    flip(seg, starts[15] + 70)
     again = reopen(path, recovery_point=10, config=LogConfig(index_interval_bytes=250))
     assert again.log_end_offset == 15
     assert again.recovery_point == 10
@@ -198,10 +193,7 @@ def test_corruption_past_recovery_point_inside_segment_is_found(tmp_path: Path) 
 
 def test_index_entries_past_the_cut_are_removed(tmp_path: Path) -> None:
     path = tmp_path / "t-0"
-    log = fill(path, 40, config=LogConfig(index_interval_bytes=100))
-    crash(log)
-    seg = path / "00000000000000000000.log"
-    starts = batch_positions(seg)
+    seg, starts = crashed(path, 40, config=LogConfig(index_interval_bytes=100))
     os.truncate(seg, starts[20] + 3)
     again = reopen(path, config=LogConfig(index_interval_bytes=100))
     assert again.log_end_offset == 20
@@ -347,10 +339,7 @@ def test_whole_active_segment_torn(tmp_path: Path) -> None:
 def test_batch_with_offset_going_backwards_is_cut(tmp_path: Path) -> None:
     """baseOffset lies outside the CRC: a header whose offset goes back is garbage too."""
     path = tmp_path / "t-0"
-    log = fill(path, 8, config=LogConfig())
-    crash(log)
-    seg = path / "00000000000000000000.log"
-    starts = batch_positions(seg)
+    seg, starts = crashed(path, 8, config=LogConfig())
     data = bytearray(seg.read_bytes())
     data[starts[6]:starts[6] + 8] = (2).to_bytes(8, "big")
     seg.write_bytes(data)
