@@ -34,8 +34,9 @@ _ids = itertools.count(1)
 
 
 class Connection:
-    def __init__(self, broker: Broker, frames: FrameProtocol) -> None:
+    def __init__(self, broker: Broker, frames: FrameProtocol, listener: str) -> None:
         self.broker = broker
+        self.listener = listener  # the name of the listener it came in on
         self.id = next(_ids)
         self._frames = frames
         peer = frames.peername()

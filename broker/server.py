@@ -57,10 +57,10 @@ class Broker:
         self.flusher: Flusher | None = None
         self.features_epoch = 0
         self.ready_file = ready_file
-        self.host = "127.0.0.1"
-        self.port = 0
-        self.port_advertised = 0
-        self._server: asyncio.base_events.Server | None = None
+        self.port = 0  # bound port of the first listener
+        self._servers: list[asyncio.base_events.Server] = []
+        self._bound: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
+        self._endpoints: dict[str, tuple[str, int]] = {}  # listener name -> advertised (host, port)
         self._connections: set[asyncio.Task[None]] = set()
         self._open: dict[Connection, FrameProtocol] = {}
         self._request_memory = RequestMemory(config["queued.max.request.bytes"])
@@ -121,37 +121,50 @@ class Broker:
         if notes:  # recovery rewrote files: make the repaired state durable before serving
             for p in self.topics.all_partitions():
                 self.flusher.request(p.log)
-        listener = self.config.listeners[0]
-        max_frame = self.config["socket.request.max.bytes"]
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: FrameProtocol(max_frame, self._accept, self._request_memory), host=listener.host or None,
-            port=listener.port,
-            reuse_address=True)
-        sock = self._server.sockets[0].getsockname()
-        self.port = sock[1]
-        adv = self.config.advertised_listeners[0]
-        self.host = adv.host or (listener.host or "127.0.0.1")
-        self.port_advertised = adv.port or self.port
+        await self._listen()
         self._start_timers()
         startup_ms = (time.perf_counter() - t0) * 1000
-        log.info("broker started", listener=f"{listener.host}:{self.port}", advertised=f"{self.host}:{self.port_advertised}",
+        first = self.config.listeners[0].name
+        log.info("broker started", listeners=", ".join(f"{name}://{host}:{port}" for name, (host, port) in self._bound.items()),
+                 advertised=", ".join(f"{name}://{host}:{port}" for name, (host, port) in self._endpoints.items()),
                  node_id=self.node_id, cluster_id=self.cluster_id, log_dir=str(self.log_dir),
                  topics=len(self.topics.by_name), startup_ms=round(startup_ms, 1))
         for unknown in getattr(self.config, "unknown", []) or []:
             log.warning("unknown configuration ignored", setting=unknown)
         if self.ready_file is not None:
             tmp = self.ready_file.with_suffix(".tmp")
-            tmp.write_text(f"{self.host}:{self.port}\n")
+            tmp.write_text(f"{self._endpoints[first][0]}:{self._bound[first][1]}\n")
             os.replace(tmp, self.ready_file)
 
-    def _accept(self, frames: FrameProtocol) -> None:
+    async def _listen(self) -> None:
+        """Open every listener; each connection remembers the one it came in on, because Metadata,
+        FindCoordinator and DescribeCluster answer with that listener's advertised endpoint."""
+        max_frame = self.config["socket.request.max.bytes"]
+        advertised = {adv.name: adv for adv in self.config.advertised_listeners}
+        loop = asyncio.get_running_loop()
+        for listener in self.config.listeners:
+            def protocol(name: str = listener.name) -> FrameProtocol:
+                return FrameProtocol(max_frame, lambda frames: self._accept(frames, name), self._request_memory)
+            server = await loop.create_server(protocol, host=listener.host or None, port=listener.port, reuse_address=True)
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            self._bound[listener.name] = (listener.host, port)
+            adv = advertised.get(listener.name, listener)
+            self._endpoints[listener.name] = (adv.host or listener.host or "127.0.0.1", adv.port or port)
+        self.port = self._bound[self.config.listeners[0].name][1]
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """The advertised (host, port) of a listener, as this broker describes itself to a client on it."""
+        return self._endpoints[listener]
+
+    def _accept(self, frames: FrameProtocol, listener: str) -> None:
         refused = self._over_limit(frames.peername()[0])
         if refused is not None:
             # As Kafka: a connection over max.connections or max.connections.per.ip is closed at once.
             log.warning("connection refused", peer=frames.peername()[0], reason=refused)
             frames.close()
             return
-        conn = Connection(self, frames)
+        conn = Connection(self, frames, listener)
         task = asyncio.get_running_loop().create_task(self._serve_connection(conn))
         self._connections.add(task)
         self._open[conn] = frames
@@ -193,8 +206,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker stopping")
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:

@@ -24,6 +24,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             "throttle_time": 0, "error_code": ErrorCode.unsupported_endpoint_type,
             "error_message": f"Unsupported endpoint type {endpoint_type}", "endpoint_type": endpoint_type,
             "cluster_id": broker.cluster_id, "controller_id": -1, "brokers": ()})
+    host, port = broker.endpoint(conn.listener)
     return build(response_class(60, req.api_version), {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -31,7 +32,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         "endpoint_type": endpoint_type,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": broker.host, "port": broker.port_advertised,
+        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port,
                      "rack": None, "is_fenced": False}],
         "cluster_authorized_operations": CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else INT32_MIN,
     })

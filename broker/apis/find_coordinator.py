@@ -55,17 +55,18 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     v = req.api_version
     key_type = getattr(body, "key_type", GROUP)
     cls = response_class(10, v)
+    host, port = broker.endpoint(conn.listener)
     if v >= 4:
         coordinators = []
         for key in body.coordinator_keys:
             code, message = _resolve(broker, key, key_type, v)
             ok = code == ErrorCode.none
             coordinators.append({"key": key, "node_id": broker.node_id if ok else -1,
-                                 "host": broker.host if ok else "", "port": broker.port_advertised if ok else -1,
+                                 "host": host if ok else "", "port": port if ok else -1,
                                  "error_code": code, "error_message": message})
         return build(cls, {"throttle_time": 0, "coordinators": coordinators})
     code, message = _resolve(broker, body.key, key_type, v)
     ok = code == ErrorCode.none
     return build(cls, {"throttle_time": 0, "error_code": code, "error_message": message,
-                       "node_id": broker.node_id if ok else -1, "host": broker.host if ok else "",
-                       "port": broker.port_advertised if ok else -1})
+                       "node_id": broker.node_id if ok else -1, "host": host if ok else "",
+                       "port": port if ok else -1})

@@ -26,8 +26,9 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
-def broker_entry(broker: Broker) -> dict[str, Any]:
-    return {"node_id": broker.node_id, "host": broker.host, "port": broker.port_advertised, "rack": None}
+def broker_entry(broker: Broker, conn: Connection) -> dict[str, Any]:
+    host, port = broker.endpoint(conn.listener)
+    return {"node_id": broker.node_id, "host": host, "port": port, "rack": None}
 
 
 def topic_entry(broker: Broker, topic: Topic, include_ops: bool) -> dict[str, Any]:
@@ -98,7 +99,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(3, v)
     data = {
         "throttle_time": 0,
-        "brokers": [broker_entry(broker)],
+        "brokers": [broker_entry(broker, conn)],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": entries,
