@@ -9,16 +9,15 @@ it knows which versions the broker speaks)."""
 
 from __future__ import annotations
 
-import io
 import struct
 from typing import cast
 
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.static.primitive import i32
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from sharebroker.protocol.api_table import api_name
-from sharebroker.protocol.codec import response_class
+from sharebroker.protocol.codec import encode_frame, response_class
 
 __all__ = ["ClientCodec", "ResponseFrameError", "ResponseStream", "decode_response", "encode_request"]
 
@@ -37,15 +36,8 @@ def encode_request(request: RequestPayload, correlation_id: int, client_id: str 
     """One size-prefixed request frame: the header the request's version calls for, then the body."""
     cls = type(request)
     header_cls = cls.__header_schema__
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    entity_writer(header_cls)(out, header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                                              correlation_id=i32(correlation_id), client_id=client_id))
-    entity_writer(cls)(out, request)
-    frame = out.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    del frame  # release the view so getvalue() may copy
-    return out.getvalue()
+    return encode_frame(header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
+                                   correlation_id=i32(correlation_id), client_id=client_id), request)
 
 
 def _response_class(api_key: int, api_version: int) -> type[ResponsePayload]:

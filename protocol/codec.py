@@ -125,11 +125,16 @@ def response_class(api_key: int, api_version: int) -> type:
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """Size-prefixed response frame with the header version the response class declares."""
+    header_cls = type(response).__header_schema__
+    return encode_frame(header_cls(correlation_id=correlation_id), response)
+
+
+def encode_frame(header: Any, body: Any) -> bytes:
+    """A size-prefixed frame of two kio entities, a request or response header and its body."""
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
-    header_cls = type(response).__header_schema__
-    entity_writer(header_cls)(out, header_cls(correlation_id=correlation_id))
-    entity_writer(type(response))(out, response)
+    entity_writer(type(header))(out, header)
+    entity_writer(type(body))(out, body)
     buf = out.getbuffer()
     _SIZE.pack_into(buf, 0, len(buf) - 4)
     del buf

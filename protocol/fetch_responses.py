@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sharebroker.protocol.primitives import write_compact_str, write_uvarint
+
 __all__ = [
     "AcquiredRecords",
     "Buffer",
@@ -143,22 +145,6 @@ class _Frame:
         return parts
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _compact_str(out: bytearray, s: str | None) -> None:
-    if s is None:
-        out.append(0)
-        return
-    data = s.encode()
-    _uvarint(out, len(data) + 1)
-    out += data
-
-
 def _legacy_str(out: bytearray, s: str | None) -> None:
     if s is None:
         raise TypeError("topic name is None in a Fetch response version before 13")
@@ -178,12 +164,12 @@ def _records_length(data: Buffer | None, flexible: bool) -> int:
 
 def _node_endpoints(endpoints: Sequence[NodeEndpoint]) -> bytearray:
     out = bytearray()
-    _uvarint(out, len(endpoints) + 1)
+    write_uvarint(out, len(endpoints) + 1)
     for e in endpoints:
         out += _I32.pack(e.node_id)
-        _compact_str(out, e.host)
+        write_compact_str(out, e.host)
         out += _I32.pack(e.port)
-        _compact_str(out, e.rack)
+        write_compact_str(out, e.rack)
         out.append(0)
     return out
 
@@ -202,7 +188,7 @@ def encode_fetch_response(correlation_id: int, version: int, topics: Sequence[Fe
         out += _I16.pack(error_code)
         out += _I32.pack(session_id)
     if flexible:
-        _uvarint(out, len(topics) + 1)
+        write_uvarint(out, len(topics) + 1)
     else:
         out += _I32.pack(len(topics))
     with_log_start = version >= 5
@@ -213,12 +199,12 @@ def encode_fetch_response(correlation_id: int, version: int, topics: Sequence[Fe
         elif flexible:
             if t.topic is None:
                 raise TypeError("topic name is None in a Fetch response version before 13")
-            _compact_str(out, t.topic)
+            write_compact_str(out, t.topic)
         else:
             _legacy_str(out, t.topic)
         partitions = t.partitions
         if flexible:
-            _uvarint(out, len(partitions) + 1)
+            write_uvarint(out, len(partitions) + 1)
         else:
             out += _I32.pack(len(partitions))
         for p in partitions:
@@ -236,7 +222,7 @@ def encode_fetch_response(correlation_id: int, version: int, topics: Sequence[Fe
                     out += _I32.pack(-1)
             else:
                 if flexible:
-                    _uvarint(out, len(aborted) + 1)
+                    write_uvarint(out, len(aborted) + 1)
                     for producer_id, first_offset in aborted:
                         out += _PAIR.pack(producer_id, first_offset)
                         out.append(0)
@@ -249,7 +235,7 @@ def encode_fetch_response(correlation_id: int, version: int, topics: Sequence[Fe
             records = p.records
             n = _records_length(records, flexible)
             if flexible:
-                _uvarint(out, n)
+                write_uvarint(out, n)
             else:
                 out += _I32.pack(n)
             if records is not None:
@@ -276,7 +262,7 @@ def encode_fetch_response(correlation_id: int, version: int, topics: Sequence[Fe
         if version >= 16 and node_endpoints:
             encoded = _node_endpoints(node_endpoints)
             out += b"\x01\x00"  # one tag: 0
-            _uvarint(out, len(encoded))
+            write_uvarint(out, len(encoded))
             out += encoded
         else:
             out.append(0)
@@ -294,23 +280,23 @@ def encode_share_fetch_response(correlation_id: int, version: int, topics: Seque
     out = frame.out
     out += _I32.pack(throttle_time_ms)
     out += _I16.pack(error_code)
-    _compact_str(out, error_message)
+    write_compact_str(out, error_message)
     out += _I32.pack(acquisition_lock_timeout_ms)
-    _uvarint(out, len(topics) + 1)
+    write_uvarint(out, len(topics) + 1)
     for t in topics:
         out += t.topic_id.bytes if t.topic_id is not None else _ZERO_UUID
-        _uvarint(out, len(t.partitions) + 1)
+        write_uvarint(out, len(t.partitions) + 1)
         for p in t.partitions:
             out += _SHARE_PARTITION.pack(p.partition_index, p.error_code)
-            _compact_str(out, p.error_message)
+            write_compact_str(out, p.error_message)
             out += _I16.pack(p.acknowledge_error_code)
-            _compact_str(out, p.acknowledge_error_message)
+            write_compact_str(out, p.acknowledge_error_message)
             out += _LEADER.pack(p.current_leader[0], p.current_leader[1], 0)
-            _uvarint(out, _records_length(p.records, True))
+            write_uvarint(out, _records_length(p.records, True))
             frame.records(p.records)
             out = frame.out
             acquired = p.acquired_records
-            _uvarint(out, len(acquired) + 1)
+            write_uvarint(out, len(acquired) + 1)
             for r in acquired:
                 out += _ACQUIRED.pack(r.first_offset, r.last_offset, r.delivery_count, 0)
             out.append(0)  # partition tags

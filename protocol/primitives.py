@@ -7,9 +7,26 @@ from __future__ import annotations
 import struct
 import uuid
 
-__all__ = ["Reader", "Writer"]
+__all__ = ["Reader", "Writer", "write_compact_str", "write_uvarint"]
 
 _I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+
+
+def write_uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def write_compact_str(out: bytearray, s: str | None) -> None:
+    """Compact nullable string: unsigned varint length + 1 (0 for null) and UTF-8 bytes."""
+    if s is None:
+        out.append(0)
+        return
+    data = s.encode()
+    write_uvarint(out, len(data) + 1)
+    out += data
 
 
 class Writer:
@@ -29,10 +46,7 @@ class Writer:
         self.out += _I64.pack(v)
 
     def uvarint(self, n: int) -> None:
-        while n >= 0x80:
-            self.out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        self.out.append(n)
+        write_uvarint(self.out, n)
 
     def string(self, s: str | None) -> None:
         """Legacy nullable string: int16 length (-1 for null) and UTF-8 bytes."""
@@ -52,12 +66,7 @@ class Writer:
         self.out += b
 
     def compact_str(self, s: str | None) -> None:
-        if s is None:
-            self.uvarint(0)
-            return
-        b = s.encode()
-        self.uvarint(len(b) + 1)
-        self.out += b
+        write_compact_str(self.out, s)
 
     def compact_len(self, n: int) -> None:
         self.uvarint(n + 1)
