@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= ./data
 LISTENERS ?= PLAINTEXT://127.0.0.1:9092
 
-.PHONY: run test venv bytecode bench fuzz chaos lint clean
+.PHONY: run test venv bytecode bench fuzz chaos lint clean compose-test
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 # Bytecode is written even where PYTHONDONTWRITEBYTECODE is set, so that every broker start (the
 # tests start many) skips compiling the sources: that alone is about 40% of start-up.
 bytecode: venv
-	$(PY) -m compileall -q sharebroker/*.py broker cli protocol storage config pipeline bench tests > /dev/null
+	$(PY) -m compileall -q sharebroker/*.py sharebroker/testing broker cli protocol storage config pipeline bench tests > /dev/null
 
 run: venv bytecode
 	$(VENV)/bin/sharebroker serve --listeners $(LISTENERS) --data-dir $(DATA_DIR)
@@ -30,9 +30,9 @@ test: venv bytecode lint
 # function typed over the server, the settings, the command line and the Spark pipeline (settings in
 # pyproject.toml); part of `make test`, so CI enforces them.
 lint: venv
-	$(PY) -m ruff check --quiet sharebroker/*.py broker cli protocol storage config pipeline bench tests
+	$(PY) -m ruff check --quiet sharebroker/*.py sharebroker/testing broker cli protocol storage config pipeline bench tests docker examples
 	$(PY) -m mypy --strict --no-error-summary -p sharebroker.protocol -p sharebroker.storage
-	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --no-error-summary -m sharebroker -p sharebroker.broker -p sharebroker.config -p sharebroker.pipeline -p sharebroker.cli
+	$(PY) -m mypy --disallow-untyped-defs --disallow-incomplete-defs --no-error-summary -m sharebroker -p sharebroker.broker -p sharebroker.config -p sharebroker.pipeline -p sharebroker.cli -p sharebroker.testing
 
 bench: venv bytecode
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
@@ -48,6 +48,12 @@ CHAOS_CYCLES ?= 20
 CHAOS_ARGS ?=
 chaos: venv bytecode
 	$(PY) -m tests.chaos.harness --cycles $(CHAOS_CYCLES) $(CHAOS_ARGS)
+
+# The image and the compose project (needs a Docker engine; .ci/docker-env prepares one): build, wait
+# for health, the integration tests against the compose broker, host and network clients, the
+# example application, SIGTERM stop, and `down --volumes`.
+compose-test: venv bytecode
+	PYTHON=$(PY) docker/compose-test.sh
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) *.egg-info

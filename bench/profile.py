@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench import clients
 from bench.run import PARTITIONS, SHARE_TOPIC, create_topic, run_for_result, share_drain
-from tests.support.broker_process import BrokerProcess
+from sharebroker.testing import BrokerProcess
 
 RESULTS = Path(__file__).parent / "out"  # ad-hoc output, ignored by git
 

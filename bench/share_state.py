@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, Producer
 
 from bench import clients
 from bench.run import create_topic
-from tests.support.broker_process import BrokerProcess
+from sharebroker.testing import BrokerProcess
 
 STATE_TOPIC = "__share_group_state"
 TOPIC = "bench-share"

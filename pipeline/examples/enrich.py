@@ -1,7 +1,7 @@
 """A streaming pipeline through a share group: read the topic `orders` as the share group
 `enrich`, upper-case each value, and write every micro-batch to the topic `orders-enriched` and to
-Parquet. Settings from the environment, so the same file runs on local[*] against sharebroker and
-under spark-submit against an Apache Kafka cluster:
+Parquet. Settings from the environment (TOPIC, GROUP and OUT_TOPIC change those names), so the same
+file runs on local[*] against sharebroker and under spark-submit against an Apache Kafka cluster:
 
     BOOTSTRAP=127.0.0.1:9092 CHECKPOINT=/tmp/enrich/checkpoint OUT=/tmp/enrich/parquet \\
         python -m sharebroker.pipeline.examples.enrich
@@ -23,12 +23,15 @@ BOOTSTRAP = os.environ.get("BOOTSTRAP", "127.0.0.1:9092")
 CHECKPOINT = os.environ.get("CHECKPOINT", "/tmp/enrich/checkpoint")
 OUT = os.environ.get("OUT", "/tmp/enrich/parquet")
 TRIGGER = os.environ.get("TRIGGER", "1 second")
+TOPIC = os.environ.get("TOPIC", "orders")
+GROUP = os.environ.get("GROUP", "enrich")
+OUT_TOPIC = os.environ.get("OUT_TOPIC", f"{TOPIC}-enriched")
 
 
 def write_both(batch: DataFrame, batch_id: int) -> None:
     batch = batch.dropDuplicates(["topic", "partition", "offset"]).persist()
     (batch.select("key", "value").write.mode("append").format("sharebroker")
-     .option("kafka.bootstrap.servers", BOOTSTRAP).option("topic", "orders-enriched").save())
+     .option("kafka.bootstrap.servers", BOOTSTRAP).option("topic", OUT_TOPIC).save())
     batch.write.mode("append").parquet(OUT)
     batch.unpersist()
 
@@ -37,8 +40,8 @@ def main() -> None:
     spark = get_session()  # local[*], or $SPARK_MASTER / spark-submit's --master
     orders = (spark.readStream.format("sharegroup")
               .option("kafka.bootstrap.servers", BOOTSTRAP)
-              .option("kafka.group.id", "enrich")
-              .option("subscribe", "orders")
+              .option("kafka.group.id", GROUP)
+              .option("subscribe", TOPIC)
               .option("checkpointLocation", CHECKPOINT)
               .option("maxRecordsPerTrigger", 5000)
               .load())

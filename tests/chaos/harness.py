@@ -62,7 +62,7 @@ from confluent_kafka import (
 from tests.integration import rawkafka as rk
 from tests.integration.clients import create_topic
 from tests.integration.share_helpers import FAST_SHARE_BROKER, set_earliest, topic_id
-from tests.support.broker_process import BrokerProcess
+from sharebroker.testing import BrokerProcess
 
 TOPIC, GROUP, CLASSIC_GROUP = "chaos", "chaos-workers", "chaos-readers"
 ACKNOWLEDGED, ARCHIVED = 2, 4  # __share_group_state delivery states

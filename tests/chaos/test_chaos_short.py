@@ -3,7 +3,11 @@ under idempotent producers, explicit-ack share consumers and a classic group."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.chaos.harness import Options, run
+
+pytestmark = pytest.mark.needs_own_broker("kills its brokers in cycles")
 
 
 def test_short_chaos_run_loses_nothing_and_never_redelivers_accepted_records(tmp_path):

@@ -3,6 +3,7 @@ timeouts (a hang fails fast), topic creation, and consuming with a deadline."""
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from typing import Any
@@ -24,6 +25,14 @@ def consumer_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
             "fetch.wait.max.ms": 100, "session.timeout.ms": 6000, "log_level": 3}
     conf.update(extra)
     return conf
+
+
+def address_seen_by(bootstrap: str) -> str:
+    """This machine's address as the broker at `bootstrap` sees a connection from it: 127.0.0.1 for
+    a local broker, the container's address on a compose network."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        return s.getsockname()[0]
 
 
 def admin(bootstrap: str) -> AdminClient:

@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import admin, produce_sync, producer_conf
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
 
 TIMEOUT = 15.0
 

@@ -114,6 +114,7 @@ def test_create_topic_metadata_and_configs(broker, topic_name):
     assert configs["cleanup.policy"].value == "delete"
 
 
+@pytest.mark.needs_own_broker("changes broker-wide settings")
 def test_alter_broker_configs(make_broker):
     b = make_broker()
     a = admin(b.bootstrap)
@@ -272,7 +273,7 @@ def test_describe_cluster_single_node_and_stable_cluster_id(make_broker):
     res = a.describe_cluster(request_timeout=10).result(timeout=TIMEOUT)
     assert [n.id for n in res.nodes] == [1]
     node = res.nodes[0]
-    assert (node.host, node.port) == ("127.0.0.1", b.port)
+    assert (node.host, node.port) == (b.host, b.port)
     assert res.controller is not None and res.controller.id == 1
     assert res.cluster_id
     first_id = res.cluster_id

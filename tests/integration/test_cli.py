@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from tests.integration import rawkafka as rk
-from tests.integration.clients import consumer_conf, create_topic
+from tests.integration.clients import address_seen_by, consumer_conf, create_topic
 from tests.integration.share_helpers import (
     FAST_SHARE_BROKER,
     new_group,
@@ -29,7 +29,7 @@ from tests.integration.share_helpers import (
     share_consumer,
     values,
 )
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0
@@ -419,7 +419,7 @@ def test_share_groups_list_and_describe_members_and_state(make_broker, topic_nam
             return rows if len(rows) == 1 and rows[0]["ASSIGNMENT"] != "-" else None
 
         (m,) = wait_for(one_member, TIMEOUT, 0.05, "one member with an assignment")
-        assert m["GROUP"] == group and m["CLIENT-ID"] == "cli-test-client" and m["HOST"] == "/127.0.0.1"
+        assert m["GROUP"] == group and m["CLIENT-ID"] == "cli-test-client" and m["HOST"] == f"/{address_seen_by(b)}"
         assert m["#PARTITIONS"] == "2" and m["ASSIGNMENT"] == f"{topic_name}:0,1"
         assert len(m["CONSUMER-ID"]) == 22
 
@@ -711,7 +711,7 @@ def test_consumer_groups_describe_reset_and_delete(make_broker, topic_name):
                 return None
             return table_dicts(rr.stdout)
         rows = wait_for(active, TIMEOUT, 0.05, "the consumer in --describe")
-        assert {d["CLIENT-ID"] for d in rows} == {"cg-client"} and {d["HOST"] for d in rows} == {"/127.0.0.1"}
+        assert {d["CLIENT-ID"] for d in rows} == {"cg-client"} and {d["HOST"] for d in rows} == {f"/{address_seen_by(b)}"}
         assert [(d["PARTITION"], d["LOG-END-OFFSET"]) for d in rows] == [("0", "6"), ("1", "5")]
         r = ok(_consumer_groups(b, "--describe", "--group", group, "--state"))
         assert table_rows(r.stdout)[1][:1] + table_rows(r.stdout)[1][3:] == [group, "range", "Stable", "1"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from tests.integration.clients import consume_from_beginning, create_topic, produce_sync, producer_conf
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
 
 
 def rss_mb(pid: int) -> float:

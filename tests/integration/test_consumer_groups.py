@@ -27,6 +27,7 @@ from confluent_kafka import (
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import (
+    address_seen_by,
     admin,
     consumer_conf,
     create_topic,
@@ -34,10 +35,12 @@ from tests.integration.clients import (
     producer_conf,
 )
 from tests.integration.share_helpers import heartbeat_request
-from tests.support.broker_process import BrokerProcess, wait_for
+from tests.brokers import module_broker
+from sharebroker.testing.plugin import Broker
+from sharebroker.testing import BrokerProcess, wait_for
 
 TIMEOUT = 30.0
-FAST_GROUPS = {"group.initial.rebalance.delay.ms": "100", "group.min.session.timeout.ms": "1000"}
+FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 
 NONE = 0
 ILLEGAL_GENERATION = 22
@@ -54,11 +57,8 @@ MEMBER_ID_REQUIRED = 79
 
 
 @pytest.fixture(scope="module")
-def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("groups") / "data", FAST_GROUPS).start()
-    yield proc
-    proc.stop()
-    assert "Traceback" not in proc.log_text(), proc.log_text()[-4000:]
+def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from module_broker(tmp_path_factory, "groups", FAST_GROUPS)
 
 
 def new_group(prefix: str = "cg") -> str:
@@ -422,7 +422,7 @@ def test_admin_views_and_delete_of_a_non_empty_group(gbroker: BrokerProcess) -> 
         assert desc.state == ConsumerGroupState.STABLE and desc.partition_assignor == "range"
         assert len(desc.members) == 1
         (m,) = desc.members
-        assert m.client_id == "rdkafka" and m.host.endswith("127.0.0.1")
+        assert m.client_id == "rdkafka" and m.host == f"/{address_seen_by(gbroker.bootstrap)}"
         assert sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions) == [
             (topic, 0), (topic, 1), (topic, 2)]
 

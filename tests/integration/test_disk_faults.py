@@ -25,7 +25,9 @@ from confluent_kafka import Producer
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import create_topic, producer_conf
-from tests.support.broker_process import BrokerProcess, wait_for
+from sharebroker.testing import BrokerProcess, wait_for
+
+pytestmark = pytest.mark.needs_own_broker("fills and corrupts the disks of brokers of its own")
 
 KAFKA_STORAGE_ERROR = 56
 CORRUPT_MESSAGE = 2

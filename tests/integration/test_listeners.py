@@ -16,7 +16,9 @@ from kio.index import load_request_schema
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import consume_from_beginning, create_topic, produce_sync, producer_conf
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
+
+pytestmark = pytest.mark.needs_own_broker("serves listeners of its own")
 
 
 def _free_port() -> int:

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import consume_from_beginning, create_topic, produce_sync, producer_conf
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
 
 CLOSE_TIMEOUT = 5.0
 WARNING_LEVELS = {"warning", "warn", "error", "critical", "fatal"}

@@ -13,16 +13,16 @@ from tests.integration.rawkafka import RawClient, req_cls
 from tests.integration.share_helpers import (
     FAST_SHARE_BROKER, list_groups, new_group, poll_until, produce_values, set_earliest, share_consumer,
 )
-from tests.support.broker_process import BrokerProcess, wait_for
+from tests.brokers import module_broker
+from sharebroker.testing.plugin import Broker
+from sharebroker.testing import wait_for
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND = 0, 3, 24, 68, 69
 
 
 @pytest.fixture(scope="module")
-def abroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("share-admin") / "data", FAST_SHARE_BROKER).start()
-    yield proc
-    proc.stop()
+def abroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from module_broker(tmp_path_factory, "share-admin", FAST_SHARE_BROKER)
 
 
 def _request(bootstrap: str, req):

@@ -34,19 +34,18 @@ from tests.integration.share_helpers import (
     share_consumer,
     values,
 )
-from tests.support.broker_process import BrokerProcess, wait_for
+from tests.brokers import module_broker
+from sharebroker.testing.plugin import Broker
+from sharebroker.testing import wait_for
 
 TIMEOUT = 20.0
 
 
 @pytest.fixture(scope="module")
-def sbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def sbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """One broker for the module with fast share-group heartbeats and session timeout (broker
     level) and bounds that let a group choose a short acquisition lock (group level)."""
-    proc = BrokerProcess(tmp_path_factory.mktemp("share-broker") / "data", FAST_SHARE_BROKER).start()
-    yield proc
-    proc.stop()
-    assert "Traceback" not in proc.log_text(), proc.log_text()[-4000:]
+    yield from module_broker(tmp_path_factory, "share-broker", FAST_SHARE_BROKER)
 
 
 def _closing(*consumers):

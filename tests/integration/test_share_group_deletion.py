@@ -23,7 +23,7 @@ from tests.integration.share_helpers import (
     share_consumer,
     values,
 )
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_CONFIG_SOURCE = 8  # ConfigSource GROUP_CONFIG

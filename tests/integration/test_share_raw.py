@@ -34,7 +34,9 @@ from tests.integration.share_helpers import (
     share_fetch_request,
     topic_id,
 )
-from tests.support.broker_process import BrokerProcess, wait_for
+from tests.brokers import module_broker
+from sharebroker.testing.plugin import Broker
+from sharebroker.testing import BrokerProcess, wait_for
 
 TIMEOUT = 15.0
 
@@ -55,11 +57,8 @@ DEFAULT_LOCK_MS = 30000
 
 
 @pytest.fixture(scope="module")
-def rbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("share-raw") / "data", FAST_SHARE_BROKER).start()
-    yield proc
-    proc.stop()
-    assert "Traceback" not in proc.log_text(), proc.log_text()[-4000:]
+def rbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from module_broker(tmp_path_factory, "share-raw", FAST_SHARE_BROKER)
 
 
 class Members:

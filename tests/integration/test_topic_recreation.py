@@ -26,7 +26,7 @@ from confluent_kafka.admin import NewPartitions, NewTopic
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import admin, create_topic, produce_sync, producer_conf
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
 
 TIMEOUT = 20.0
 UNKNOWN_TOPIC_OR_PARTITION = 3

@@ -18,7 +18,7 @@ from tests.integration.clients import (
     producer_conf,
 )
 from tests.integration.rawkafka import RawClient, fetch_all_batches
-from tests.support.broker_process import wait_for
+from sharebroker.testing import wait_for
 
 
 def _topic_id(bootstrap: str, name: str) -> uuid.UUID:
@@ -114,10 +114,13 @@ def test_process_kill_under_produce_load_keeps_acked_records_in_order_without_to
         before = len(acked)
         t = threading.Thread(target=_produce_until_killed, args=(broker.bootstrap, topic_name, acked, stop))
         t.start()
-        wait_for(lambda acked=acked, before=before: len(acked) > before + 3000, timeout=30, message="records acknowledged under load")
-        broker.kill()  # SIGKILL while the producer is still sending
-        stop.set()
-        t.join(15)
+        try:
+            wait_for(lambda acked=acked, before=before: len(acked) > before + 3000, timeout=30,
+                     message="records acknowledged under load")
+            broker.kill()  # SIGKILL while the producer is still sending
+        finally:
+            stop.set()
+            t.join(15)
         broker.start()
         _check_log_intact(broker.bootstrap, topic_name, acked)
 
@@ -237,6 +240,7 @@ def _syscalls(trace: Path) -> list[tuple[str, str, str]]:
     return out
 
 
+@pytest.mark.needs_own_broker("traces the system calls of a broker of its own")
 def test_fsync_mode_answers_a_produce_only_after_the_segment_fsync(tmp_path, topic_name) -> None:
     """--fsync (log.flush.interval.messages=1) promises that an acknowledged record is on disk.
     A crash test cannot see that (the page cache survives a process kill), the system calls can:

@@ -47,7 +47,7 @@ from tests.integration.share_helpers import (
     share_consumer,
     topic_id,
 )
-from tests.support.broker_process import BrokerProcess, wait_for
+from sharebroker.testing import BrokerProcess, wait_for
 
 TIMEOUT = 20.0
 AVAILABLE, ACKNOWLEDGED, ARCHIVED = 0, 2, 4

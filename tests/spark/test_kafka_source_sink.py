@@ -14,7 +14,9 @@ from pyspark.sql import functions as F
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.broker_process import BrokerProcess, wait_for
+from tests.brokers import module_broker
+from sharebroker.testing.plugin import Broker
+from sharebroker.testing import BrokerProcess, wait_for
 
 pytestmark = pytest.mark.spark
 N_PER_PARTITION = 1000
@@ -22,11 +24,8 @@ BASE_TS = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
-def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("spark-kafka") / "data").start()
-    yield proc
-    proc.stop()
-    assert "Traceback" not in proc.log_text()
+def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from module_broker(tmp_path_factory, "spark-kafka")
 
 
 def create(bootstrap: str, *topics: tuple[str, int]) -> None:

@@ -81,7 +81,7 @@ def test_follow_export_survives_a_kill_9_and_resumes_from_its_checkpoint(spark, 
     its checkpoint: every record exactly once in the Parquet output, as Spark reads it."""
     import signal
 
-    from tests.support.broker_process import wait_for
+    from sharebroker.testing import wait_for
 
     create_topic(broker.bootstrap, "cli-crash", 2)
     for part in range(2):

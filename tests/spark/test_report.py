@@ -16,9 +16,9 @@ from sharebroker.pipeline.report import run_report
 from sharebroker.protocol.record_batch import GZIP, LZ4, ZSTD, encode_batch
 from tests.integration.clients import create_topic
 from tests.integration.share_helpers import FAST_SHARE_BROKER, new_group, produce_values, set_earliest, share_consumer
-from tests.support.broker_process import BrokerProcess
+from sharebroker.testing import BrokerProcess
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.needs_own_broker("reads the data directory of a broker of its own")]
 PER_PARTITION = 150
 KEEP = 90  # partition 1: offsets below are accepted, the rest released (the start offset stays here)
 # Partition 1 offsets the share group rejects. They lie above the start offset, where

@@ -15,18 +15,17 @@ from pyspark.errors import StreamingQueryException
 from tests.integration.clients import create_topic
 from tests.integration.share_helpers import FAST_SHARE_BROKER, new_group, produce_values, set_earliest
 from tests.integration.test_share_admin import describe_offsets
-from tests.support.broker_process import BrokerProcess
+from tests.brokers import module_broker
+from sharebroker.testing import unique_name
+from sharebroker.testing.plugin import Broker
 
 pytestmark = pytest.mark.spark
 RECORDS = 600
 
 
 @pytest.fixture(scope="module")
-def sbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("spark-share") / "data", FAST_SHARE_BROKER).start()
-    yield proc
-    proc.stop()
-    assert "Traceback" not in proc.log_text()
+def sbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from module_broker(tmp_path_factory, "spark-share", FAST_SHARE_BROKER)
 
 
 def start_offsets(bootstrap: str, group: str) -> dict[int, int]:
@@ -120,11 +119,14 @@ def test_the_readme_example_pipeline(spark, sbroker, tmp_path, monkeypatch):
 
     from tests.spark.test_kafka_source_sink import _consume_all
 
-    create_topic(sbroker.bootstrap, "orders", 2)
-    set_earliest(sbroker.bootstrap, "enrich")
+    topic, group = unique_name("orders"), unique_name("enrich")
+    create_topic(sbroker.bootstrap, topic, 2)
+    set_earliest(sbroker.bootstrap, group)
     for part in range(2):
-        produce_values(sbroker.bootstrap, "orders", [f"order-{part}-{i}".encode() for i in range(100)], partition=part)
+        produce_values(sbroker.bootstrap, topic, [f"order-{part}-{i}".encode() for i in range(100)], partition=part)
     monkeypatch.setenv("BOOTSTRAP", sbroker.bootstrap)
+    monkeypatch.setenv("TOPIC", topic)
+    monkeypatch.setenv("GROUP", group)
     monkeypatch.setenv("CHECKPOINT", str(tmp_path / "checkpoint"))
     monkeypatch.setenv("OUT", str(tmp_path / "parquet"))
     monkeypatch.setenv("TRIGGER", "availableNow")
@@ -132,7 +134,7 @@ def test_the_readme_example_pipeline(spark, sbroker, tmp_path, monkeypatch):
 
     importlib.reload(example).main()
     expected = sorted(f"ORDER-{p}-{i}".encode() for p in range(2) for i in range(100))
-    assert sorted(m.value() for m in _consume_all(sbroker.bootstrap, "orders-enriched", 200)) == expected
+    assert sorted(m.value() for m in _consume_all(sbroker.bootstrap, f"{topic}-enriched", 200)) == expected
     rows = spark.read.parquet(str(tmp_path / "parquet")).select("value", "deliveryCount").collect()
     assert sorted(r.value.encode() for r in rows) == expected
-    assert start_offsets(sbroker.bootstrap, "enrich") == {0: 100, 1: 100}
+    assert start_offsets(sbroker.bootstrap, group) == {0: 100, 1: 100}

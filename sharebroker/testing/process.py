@@ -1,0 +1,140 @@
+"""The real broker as a subprocess on an ephemeral port: for test suites (this project's and its
+users') and for scripts. Nothing here imports pytest."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["BrokerProcess", "running_broker", "unique_name", "wait_for"]
+
+
+class BrokerProcess:
+    """`sharebroker serve` on 127.0.0.1 with a port the OS picks, data in `data_dir`, its log next
+    to it (`<data_dir>-broker.log`). `overrides` are Kafka setting names and values, as `-o`."""
+
+    def __init__(self, data_dir: Path | str, overrides: Mapping[str, object] | None = None, *, fsync: bool = False) -> None:
+        self.data_dir = Path(data_dir)
+        self.overrides = {name: str(value) for name, value in (overrides or {}).items()}
+        self.fsync = fsync
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        self.ready_file = self.data_dir.parent / f"{self.data_dir.name}-ready"
+        self.start_seconds = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        """Start and wait until the broker listens (it writes the ready file then). A restart keeps
+        the port it had."""
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.ready_file.unlink(missing_ok=True)
+        args = [sys.executable, "-m", "sharebroker", "serve",
+                "--listeners", f"PLAINTEXT://{self.host}:{self.port}",
+                "--data-dir", str(self.data_dir), "--ready-file", str(self.ready_file),
+                "--log-format", "json"]
+        if self.fsync:
+            args.append("--fsync")
+        for name, value in self.overrides.items():
+            args += ["--override", f"{name}={value}"]
+        started = time.perf_counter()
+        with open(self.log_path, "ab") as log:
+            # cwd outside any checkout: the broker must start from the installed namespace alone
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ready_file.exists():
+                text = self.ready_file.read_text().strip()
+                if text:
+                    self.port = int(text.rsplit(":", 1)[1])
+                    self.start_seconds = time.perf_counter() - started
+                    return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+            time.sleep(0.005)
+        self.kill()
+        raise RuntimeError(f"broker did not become ready in {timeout}s:\n{self.log_text()[-4000:]}")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Graceful stop with SIGTERM; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("broker did not stop on SIGTERM") from None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing is flushed beyond what the flush policy already wrote."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+@contextmanager
+def running_broker(overrides: Mapping[str, object] | None = None, *, data_dir: Path | str | None = None,
+                   fsync: bool = False) -> Iterator[BrokerProcess]:
+    """A started broker for a `with` block; stopped (SIGTERM) at the end. Without `data_dir` the
+    data lives in a temporary directory that is removed afterwards.
+
+        with running_broker({"num.partitions": 3}) as broker:
+            Producer({"bootstrap.servers": broker.bootstrap})...
+    """
+    with tempfile.TemporaryDirectory(prefix="sharebroker-") as tmp:
+        broker = BrokerProcess(Path(data_dir) if data_dir is not None else Path(tmp) / "data", overrides, fsync=fsync)
+        broker.start()
+        try:
+            yield broker
+        finally:
+            try:
+                broker.stop()
+            finally:
+                broker.kill()
+
+
+def unique_name(prefix: str = "t") -> str:
+    """A topic or group name no other test uses: `<prefix>-<10 hex digits>`."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, message: str = "condition") -> T:
+    """Poll `condition()` until it returns a truthy value (returned) or the deadline passes
+    (AssertionError naming `message`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
