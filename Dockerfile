@@ -1,15 +1,44 @@
-FROM python:3.11-slim
-WORKDIR /app
+# sharebroker's image. Stages: `build` (a virtualenv with the package), `tests` (the build plus the
+# test dependencies and tests/, for the compose `tests` service), and the final broker image, which
+# holds only Python and that virtualenv and runs as a non-root user.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv /opt/sharebroker
+WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY sharebroker sharebroker
 COPY broker broker
 COPY protocol protocol
 COPY storage storage
 COPY config config
-RUN pip install --no-cache-dir .
-EXPOSE 9092
+COPY pipeline pipeline
+COPY cli cli
+RUN /opt/sharebroker/bin/pip install --quiet . && /opt/sharebroker/bin/python -m compileall -q /opt/sharebroker >/dev/null
+
+FROM build AS tests
+RUN /opt/sharebroker/bin/pip install --quiet '.[test]'
+COPY tests tests
+COPY docker docker
+ENV PATH=/opt/sharebroker/bin:$PATH PYTHONDONTWRITEBYTECODE=1
+CMD ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/integration", "tests/recovery"]
+
+# The final image needs neither pip nor setuptools in its virtualenv.
+FROM build AS runtime
+RUN /opt/sharebroker/bin/pip uninstall --quiet --yes pip setuptools
+
+FROM ${PYTHON_IMAGE}
+RUN groupadd --system --gid 1000 appuser \
+    && useradd --system --uid 1000 --gid 1000 --no-create-home --home-dir /nonexistent appuser \
+    && mkdir -p /var/lib/sharebroker && chown appuser:appuser /var/lib/sharebroker
+COPY --from=runtime /opt/sharebroker /opt/sharebroker
+COPY docker/entrypoint.sh /usr/local/bin/sharebroker-entrypoint
+ENV PATH=/opt/sharebroker/bin:$PATH PYTHONDONTWRITEBYTECODE=1 SHAREBROKER_LOG_FORMAT=json
+USER appuser
 VOLUME /var/lib/sharebroker
-# Settings come from KAFKA_* environment variables, as with the Apache Kafka image.
-ENV KAFKA_LISTENERS=PLAINTEXT://0.0.0.0:9092 \
-    KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
-    KAFKA_LOG_DIRS=/var/lib/sharebroker
-CMD ["sharebroker", "serve", "--log-format", "json"]
+EXPOSE 9092
+# Healthy once the broker answers a Kafka Metadata request on its first listener; SIGTERM (docker
+# stop) stops it cleanly in well under a second.
+HEALTHCHECK --interval=5s --timeout=5s --start-period=5s --retries=3 CMD ["sharebroker", "healthcheck", "--quiet"]
+ENTRYPOINT ["sharebroker-entrypoint"]
