@@ -16,7 +16,7 @@ from sharebroker.broker.structured_log import Repeats, get_logger
 from sharebroker.broker.topics import Partition
 from sharebroker.protocol.codec import DecodedRequest
 from sharebroker.protocol.errors import error_code_for
-from sharebroker.protocol.fetch_responses import Buffer, FetchPartition, FetchTopic, encode_fetch_response
+from sharebroker.protocol.fetch_responses import Buffer, FetchPartition, FetchTopic, NodeEndpoint, encode_fetch_response
 from sharebroker.storage import CorruptLogError, OffsetOutOfRange
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class _Read:
     total: int = 0  # record bytes
     any_error: bool = False
     partitions: list[Partition] = field(default_factory=list)  # the ones that exist: woken by appends
+    leader_moved: bool = False  # a partition answered FENCED_LEADER_EPOCH: say who leads it now
 
 
 def _read_all(broker: Broker, body: Any, v: int, conn: Connection) -> _Read:
@@ -101,6 +102,11 @@ def _read_all(broker: Broker, body: Any, v: int, conn: Connection) -> _Read:
             if epoch_error is not None:
                 entry.error_code = epoch_error
                 out.any_error = True
+                if epoch_error == ErrorCode.fenced_leader_epoch:
+                    # KIP-951, as Kafka: the current leader and its endpoint, so the client need
+                    # not refresh its metadata first (read only from v12/v16 on)
+                    entry.current_leader = (broker.node_id, partition.leader_epoch)
+                    out.leader_moved = True
                 continue
             limit = min(fp.partition_max_bytes, remaining)
             if limit <= 0 and not first_data:
@@ -141,4 +147,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
         lambda r: r.total >= body.min_bytes or r.any_error,
         lambda r: [p.wait_for_append() for p in r.partitions],
         deadline, clock)
-    return encode_fetch_response(req.correlation_id, v, read.topics)
+    endpoints: tuple[NodeEndpoint, ...] = ()
+    if read.leader_moved:
+        # the leader as a client on this listener reaches it
+        endpoints = (NodeEndpoint(broker.node_id, *broker.endpoint(conn.listener)),)
+    return encode_fetch_response(req.correlation_id, v, read.topics, node_endpoints=endpoints)

@@ -1,9 +1,11 @@
 """Every listener in `listeners` is served, and a client is told the advertised endpoint of the
-listener its request came in on (Metadata, FindCoordinator, DescribeCluster), as Kafka does."""
+listener its request came in on (Metadata, FindCoordinator, DescribeCluster, and Fetch's current leader
+endpoint), as Kafka does."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import socket
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from tests.integration.clients import consume_from_beginning, create_topic, prod
 from sharebroker.testing import wait_for
 
 pytestmark = pytest.mark.needs_own_broker("serves listeners of its own")
+FENCED_LEADER_EPOCH = 74
 
 
 def _free_port() -> int:
@@ -67,6 +70,29 @@ def test_each_listener_answers_with_its_own_advertised_endpoint(tmp_path, which)
         assert [(c.host, c.port) for c in coord.coordinators] == [expected]
         cluster = _request(port, 60, 1, include_cluster_authorized_operations=False, endpoint_type=1)
         assert [(b.host, b.port) for b in cluster.brokers] == [expected]
+
+        # A fetch from an older leader epoch than the partition's (Kafka fences any epoch below
+        # the leader's but -1) names the current leader and its endpoint on this listener (KIP-951).
+        topic = f"fenced-{which}"
+        create = rk.req_cls(19, 7)
+        ctopic = rk._nested(create, "topics")
+        _request(port, 19, 7, topics=(ctopic(name=topic, num_partitions=1, replication_factor=1, assignments=(), configs=()),),
+                 timeout=datetime.timedelta(seconds=10), validate_only=False)
+        meta = _request(port, 3, 12, topics=(rk._nested(rk.req_cls(3, 12), "topics")(topic_id=None, name=topic),),
+                        allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        (t,) = meta.topics
+        fetch = rk.req_cls(1, 16)
+        tcls = rk._nested(fetch, "topics")
+        pcls = rk._nested(tcls, "partitions")
+        part = pcls(partition=0, current_leader_epoch=-2, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                    partition_max_bytes=1 << 20)
+        resp = _request(port, 1, 16, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                        session_id=0, session_epoch=-1, topics=(tcls(topic_id=t.topic_id, partitions=(part,)),),
+                        forgotten_topics_data=(), rack_id="")
+        (p,) = resp.responses[0].partitions
+        assert int(p.error_code) == FENCED_LEADER_EPOCH
+        assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (1, 0)
+        assert [(n.node_id, n.host, n.port) for n in resp.node_endpoints] == [(1, *expected)]
 
 
 def test_a_client_on_the_second_listener_produces_and_one_on_the_first_consumes(tmp_path, topic_name):
