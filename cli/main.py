@@ -112,5 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The process entry point (`sharebroker`, `python -m sharebroker`): `main` in a process of
+    its own, which never needs hypothesis. kio registers hypothesis strategies for its types when
+    hypothesis is importable, and building them costs about 0.1 s plus, in a working directory
+    without a `.hypothesis` cache, about 1.3 s for hypothesis' Unicode table: a broker started
+    next to an application's test tools took 1.6 s instead of 0.3 s."""
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]  # None: "import hypothesis" fails
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

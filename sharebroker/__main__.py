@@ -1,5 +1,5 @@
 """`python -m sharebroker ...` runs the command-line tool."""
 
-from sharebroker.cli.main import main
+from sharebroker.cli.main import run
 
-raise SystemExit(main())
+run()
