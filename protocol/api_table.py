@@ -27,8 +27,12 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     20: (1, 6),    # DeleteTopics
     21: (0, 2),    # DeleteRecords
     22: (0, 5),    # InitProducerId (v6 is unstable in Kafka 4.2)
+    29: (1, 3),    # DescribeAcls (SECURITY_DISABLED: no authorizer)
+    30: (1, 3),    # CreateAcls
+    31: (1, 3),    # DeleteAcls
     32: (1, 4),    # DescribeConfigs
     33: (0, 2),    # AlterConfigs
+    35: (1, 4),    # DescribeLogDirs
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
