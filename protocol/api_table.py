@@ -35,7 +35,10 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     35: (1, 4),    # DescribeLogDirs
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
+    43: (0, 2),    # ElectLeaders (never needed on one node)
     44: (0, 1),    # IncrementalAlterConfigs
+    45: (0, 1),    # AlterPartitionReassignments (to the one replica: done at once)
+    46: (0, 0),    # ListPartitionReassignments (none in progress)
     47: (0, 0),    # OffsetDelete
     60: (0, 2),    # DescribeCluster
     76: (1, 1),    # ShareGroupHeartbeat

@@ -35,12 +35,21 @@ def _check_replication(broker: Broker, replication_factor: int) -> None:
                          f"factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")
 
 
-def _check_assignment(broker: Broker, broker_ids: Any) -> None:
-    ids = list(broker_ids or ())
-    if not ids or any(i != broker.node_id for i in ids) or len(set(ids)) != len(ids):
-        raise KafkaError(ErrorCode.invalid_replica_assignment,
-                         f"The manual partition assignment includes broker ids {ids}, but the only registered "
-                         f"broker is {broker.node_id}.")
+def check_manual_assignment(broker: Broker, broker_ids: Any) -> None:
+    """A replica list given by hand (CreateTopics, CreatePartitions, AlterPartitionReassignments),
+    checked as Kafka's controller checks it, with its messages."""
+    ids = sorted(broker_ids or ())
+    if not ids:
+        raise KafkaError(ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list.")
+    previous = None
+    for broker_id in ids:
+        if broker_id != broker.node_id:
+            raise KafkaError(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes broker "
+                                                                  f"{broker_id}, but no such broker is registered.")
+        if broker_id == previous:
+            raise KafkaError(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes the broker "
+                                                                  f"{broker_id} more than once.")
+        previous = broker_id
 
 
 def _validate_new_topic(broker: Broker, name: str) -> None:
@@ -123,7 +132,7 @@ async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
                     raise KafkaError(ErrorCode.invalid_replica_assignment,
                                      "Partitions should be a consecutive 0-based integer sequence")
                 for a in t.assignments:
-                    _check_assignment(broker, a.broker_ids)
+                    check_manual_assignment(broker, a.broker_ids)
                 partitions = len(indexes)
             else:
                 partitions = t.num_partitions
@@ -208,7 +217,7 @@ async def create_partitions(broker: Broker, conn: Connection, req: DecodedReques
                                      f"Attempted to add {t.count - current} additional partition(s), but only "
                                      f"{len(t.assignments)} assignment(s) were specified.")
                 for a in t.assignments:
-                    _check_assignment(broker, a.broker_ids)
+                    check_manual_assignment(broker, a.broker_ids)
             if not body.validate_only:
                 broker.add_partitions(t.name, t.count)
         except KafkaError as exc:
