@@ -44,6 +44,7 @@ async def elect_leaders(broker: Broker, conn: Connection, req: DecodedRequest) -
             {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": ErrorCode.invalid_request,
                                                      "error_message": message} for p in t.partitions]}
             for t in body.topic_partitions or ()]})
+    results: list[dict[str, Any]]
     if body.topic_partitions is None:
         # Every partition; as Kafka, those that need no election are left out of their topic's results.
         results = [{"topic": name, "partition_result": []} for name in broker.topics.by_name]
@@ -52,8 +53,8 @@ async def elect_leaders(broker: Broker, conn: Connection, req: DecodedRequest) -
         for t in body.topic_partitions:
             partitions = []
             for index in t.partitions:
-                code, message = _election(broker, t.topic, index)
-                partitions.append({"partition_id": index, "error_code": code, "error_message": message})
+                code, error_message = _election(broker, t.topic, index)
+                partitions.append({"partition_id": index, "error_code": code, "error_message": error_message})
             results.append({"topic": t.topic, "partition_result": partitions})
     return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": results})
 
