@@ -16,11 +16,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 import pytest
 
 from sharebroker.testing.process import BrokerProcess, unique_name
+
+if TYPE_CHECKING:
+    from sharebroker.cli.wire import Client
 
 ENV_BOOTSTRAP = "SHAREBROKER_BOOTSTRAP"
 MARKER = "needs_own_broker"
@@ -52,31 +55,28 @@ class ExternalBroker:
         self.start_seconds = 0.0
 
     def start(self, timeout: float = 30.0) -> ExternalBroker:
-        """Wait until it answers Metadata; skip the test if it lacks a requested setting."""
-        from sharebroker.cli.healthcheck import check
-        from sharebroker.cli.wire import ToolError
+        """Wait until it answers Metadata; skip the test if it lacks a requested setting. One
+        connection serves both."""
+        from sharebroker.cli.wire import Client, ToolError
 
         try:
-            check(self.bootstrap, int(timeout * 1000))
+            with Client(self.bootstrap, timeout_ms=int(timeout * 1000), client_id="sharebroker-pytest") as client:
+                client.metadata([])
+                mismatched = self._settings_mismatch(client)
         except ToolError as exc:
             raise RuntimeError(f"{ENV_BOOTSTRAP}={self.bootstrap}: {exc.message}") from None
-        mismatched = self._settings_mismatch()
         if mismatched:
             _skip_external(f"needs broker settings {', '.join(mismatched)}")
         return self
 
-    def _settings_mismatch(self) -> list[str]:
+    def _settings_mismatch(self, client: Client) -> list[str]:
         """`name=wanted (has: actual)` for each requested setting the broker does not have."""
         if not self.overrides:
             return []
-        from sharebroker.cli.wire import Client
-
-        with Client(self.bootstrap, timeout_ms=10000, client_id="sharebroker-pytest") as client:
-            client.metadata([])
-            node_id = next(iter(client.nodes))
-            resp = client.request(32, {"resources": [{"resource_type": _BROKER_RESOURCE, "resource_name": str(node_id),
-                                                      "configuration_keys": list(self.overrides)}],
-                                       "include_synonyms": False, "include_documentation": False})
+        node_id = next(iter(client.nodes))
+        resp = client.request(32, {"resources": [{"resource_type": _BROKER_RESOURCE, "resource_name": str(node_id),
+                                                  "configuration_keys": list(self.overrides)}],
+                                   "include_synonyms": False, "include_documentation": False})
         actual = {c.name: c.value for result in resp.results for c in result.configs}
         return [f"{name}={wanted} (has: {actual.get(name, 'unknown')})"
                 for name, wanted in self.overrides.items() if actual.get(name) != wanted]
@@ -173,8 +173,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker(MARKER)
     if marker is not None and external_bootstrap() is not None:
-        reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "starts brokers of its own")
-        pytest.skip(f"{reason}; {ENV_BOOTSTRAP} points at an external broker")
+        _skip_external(marker.args[0] if marker.args else marker.kwargs.get("reason", "starts brokers of its own"))
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
