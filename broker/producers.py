@@ -46,11 +46,29 @@ def _next_seq(seq: int) -> int:
     return 0 if seq == _INT32_MAX else seq + 1
 
 
+@dataclass(slots=True, frozen=True)
+class AbortedTxn:
+    """An aborted transaction's span in this partition (Kafka's transaction index entry)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # offset of its abort marker
+
+
 class PartitionProducers:
     """Producer state of one partition. `check` runs before an append, `record` after it."""
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
+        self.open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.aborted: list[AbortedTxn] = []  # by last offset
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return min(self.open_txns.values(), default=high_watermark) if self.open_txns else high_watermark
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        return [(a.producer_id, a.first_offset) for a in self.aborted
+                if a.last_offset >= start and a.first_offset < end]
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> CachedBatch | None:
         """A duplicate's cached batch (answer with its offsets), None to append, or KafkaError."""

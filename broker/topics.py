@@ -47,6 +47,17 @@ class Partition:
     leader_epoch: int = 0
     _waiters: set[asyncio.Future[None]] = field(default_factory=set)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop: the first offset of the oldest open transaction, or
+        the high watermark when none is open."""
+        return self.producers.last_stable_offset(self.log.high_watermark)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every aborted transaction with records in [start, end):
+        what a read_committed Fetch answer lists so the consumer drops their records."""
+        return self.producers.aborted_between(start, end)
+
     def check_leader_epoch(self, requested: int) -> ErrorCode | None:
         """Fetch/ListOffsets CurrentLeaderEpoch: -1 skips the check."""
         if requested == -1 or requested == self.leader_epoch:
