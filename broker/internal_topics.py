@@ -85,6 +85,8 @@ def read_records(plog: PartitionLog) -> Iterator[tuple[int, bytes, bytes | None]
     """(offset, key, value) of every keyed record from the log start to the end."""
     start = plog.log_start_offset
     for data, h in replay_batches(plog, start, plog.high_watermark, what="internal topic"):
+        if h.is_control:
+            continue  # a transaction marker (AddOffsetsToTxn put the partition in a transaction)
         for off, key, value in iter_records(memoryview(data)[h.position:h.position + h.size]):
             if off >= start and key is not None:
                 yield off, key, value

@@ -1,5 +1,7 @@
-"""Idempotent-producer state per partition: epoch and the last five batches of each producer id,
-checked the way Kafka's ProducerStateManager checks sequences."""
+"""Producer state per partition, as Kafka's ProducerStateManager keeps it: epoch and the last five
+batches of each producer id (sequence checks), the first offset of each open transaction (the last
+stable offset is the oldest of them) and the aborted transactions (what read_committed readers
+skip)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from sharebroker.broker.replay import replay_batches
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.storage import write_atomic
 from sharebroker.protocol.errors import KafkaError
+from sharebroker.protocol.record_batch import ABORT_MARKER, COMMIT_MARKER, BatchHeader, InvalidRecordError, read_marker
 
 log = get_logger("sharebroker.producers")
 
@@ -36,6 +39,7 @@ class ProducerEntry:
     epoch: int
     batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=_MAX_CACHED_BATCHES))
     last_timestamp: int = -1
+    coordinator_epoch: int = -1  # of the last transaction marker written for it
 
     @property
     def last_seq(self) -> int:
@@ -67,8 +71,10 @@ class PartitionProducers:
         return min(self.open_txns.values(), default=high_watermark) if self.open_txns else high_watermark
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
-        return [(a.producer_id, a.first_offset) for a in self.aborted
-                if a.last_offset >= start and a.first_offset < end]
+        return [(a.producer_id, a.first_offset) for a in self.aborted_spans(start, end)]
+
+    def aborted_spans(self, start: int, end: int) -> list[AbortedTxn]:
+        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> CachedBatch | None:
         """A duplicate's cached batch (answer with its offsets), None to append, or KafkaError."""
@@ -99,17 +105,73 @@ class PartitionProducers:
         return None
 
     def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
-               first_offset: int, last_offset: int, timestamp: int) -> None:
+               first_offset: int, last_offset: int, timestamp: int, *, transactional: bool = False) -> None:
         entry = self.entries.get(producer_id)
         if entry is None or entry.epoch != epoch:
             entry = ProducerEntry(epoch)
             self.entries[producer_id] = entry
         entry.batches.append(CachedBatch(first_seq, last_seq, first_offset, last_offset, timestamp))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if transactional and producer_id not in self.open_txns:
+            self.open_txns[producer_id] = first_offset
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """A transaction marker at a producer epoch older than the producer's, or from a coordinator
+        epoch older than the last marker's, is a zombie's (Kafka refuses both the same way)."""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise KafkaError(ErrorCode.invalid_producer_epoch,
+                             f"Transaction marker epoch {epoch} of producer {producer_id} is older than the current "
+                             f"epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(ErrorCode.transaction_coordinator_fenced,
+                             f"Transaction marker of producer {producer_id} has coordinator epoch {coordinator_epoch}, "
+                             f"older than the last one ({entry.coordinator_epoch})")
+
+    def complete_txn(self, producer_id: int, epoch: int, marker_offset: int, commit: bool, timestamp: int,
+                     coordinator_epoch: int = 0) -> None:
+        """The marker at `marker_offset` ended the producer's transaction here: its records become
+        stable, and an abort is remembered for read_committed readers. A marker at a newer epoch
+        (the coordinator fenced the producer) starts a new epoch without cached batches."""
+        entry = self.entries.get(producer_id)
+        if entry is None or entry.epoch != epoch:
+            entry = ProducerEntry(epoch, last_timestamp=entry.last_timestamp if entry else -1)
+            self.entries[producer_id] = entry
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.coordinator_epoch = coordinator_epoch
+        first = self.open_txns.pop(producer_id, None)
+        if first is not None and not commit:
+            self.aborted.append(AbortedTxn(producer_id, first, marker_offset))
+
+    def truncate_aborted(self, log_start_offset: int) -> None:
+        """Forget aborted transactions wholly below the log start (their records are gone)."""
+        if self.aborted and self.aborted[0].last_offset < log_start_offset:
+            self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
+
+    def replay(self, data: bytes | memoryview, h: BatchHeader) -> None:
+        """Take in one stored batch (start-up replay after the snapshot)."""
+        if h.producer_id < 0:
+            return
+        if h.is_control:
+            try:
+                kind, coordinator_epoch = read_marker(memoryview(data)[h.position:h.position + h.size])
+            except InvalidRecordError as exc:
+                log.error("unreadable transaction marker skipped", offset=h.base_offset, error=str(exc))
+                return
+            if kind in (ABORT_MARKER, COMMIT_MARKER):
+                self.complete_txn(h.producer_id, h.producer_epoch, h.base_offset, kind == COMMIT_MARKER,
+                                  h.max_timestamp, coordinator_epoch)
+            return
+        self.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, h.base_offset,
+                    h.last_offset, h.max_timestamp, transactional=h.is_transactional)
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
-        """Drop producers idle longer than producer.id.expiration.ms; returns how many."""
-        stale = [pid for pid, e in self.entries.items() if e.last_timestamp >= 0 and now_ms - e.last_timestamp > expiration_ms]
+        """Drop producers idle longer than producer.id.expiration.ms, never one with an open
+        transaction; returns how many."""
+        stale = [pid for pid, e in self.entries.items()
+                 if e.last_timestamp >= 0 and now_ms - e.last_timestamp > expiration_ms and pid not in self.open_txns]
         for pid in stale:
             del self.entries[pid]
         return len(stale)
@@ -125,9 +187,11 @@ def save_snapshot(partition_dir: Path, producers: PartitionProducers, offset: in
     cannot be written (a full disk) is logged and skipped: the previous one stays, and start-up
     replays the log from its offset instead. Returns whether it was written."""
     doc = {"offset": offset, "producers": {
-        str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
+        str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
                    "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches]}
-        for pid, e in producers.entries.items()}}
+        for pid, e in producers.entries.items()},
+        "open_transactions": {str(pid): first for pid, first in producers.open_txns.items()},
+        "aborted_transactions": [[a.producer_id, a.first_offset, a.last_offset] for a in producers.aborted]}
     path = partition_dir / SNAPSHOT_FILE
     try:
         write_atomic(path, json.dumps(doc).encode())
@@ -152,16 +216,19 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
             doc = json.loads(path.read_text())
             if doc["offset"] <= plog.log_end_offset:
                 for pid, e in doc["producers"].items():
-                    entry = ProducerEntry(e["epoch"], last_timestamp=e["last_timestamp"])
+                    entry = ProducerEntry(e["epoch"], last_timestamp=e["last_timestamp"],
+                                          coordinator_epoch=e.get("coordinator_epoch", -1))
                     entry.batches.extend(CachedBatch(*b) for b in e["batches"])
                     producers.entries[int(pid)] = entry
+                producers.open_txns = {int(pid): first for pid, first in doc.get("open_transactions", {}).items()}
+                producers.aborted = [AbortedTxn(*a) for a in doc.get("aborted_transactions", [])]
                 start = max(start, doc["offset"])
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("producer state snapshot unreadable, rebuilding from the log", path=str(path), error=str(exc))
     # A damaged range is skipped (idempotent producers writing there may see
     # OUT_OF_ORDER_SEQUENCE_NUMBER once).
-    for _data, h in replay_batches(plog, start, plog.log_end_offset, what="producer state"):
-        if h.producer_id >= 0 and h.last_offset >= start:
-            producers.record(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                             h.base_offset, h.last_offset, h.max_timestamp)
+    for data, h in replay_batches(plog, start, plog.log_end_offset, what="producer state"):
+        if h.last_offset >= start:
+            producers.replay(data, h)
+    producers.truncate_aborted(plog.log_start_offset)
     return producers

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from sharebroker.broker.connection import Connection
+from sharebroker.broker.fetch_sessions import FetchSessionCache
 from sharebroker.broker.flusher import Flusher, now_ms
 from sharebroker.broker.frames import FrameProtocol, RequestMemory
 from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
+from sharebroker.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
 from sharebroker.broker.groups.coordinator import ShareGroupCoordinator
 from sharebroker.broker.groups.directory import GroupType
 from sharebroker.broker.groups.group_log import GroupLog
@@ -27,6 +29,7 @@ from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import Partition, Topics
+from sharebroker.broker.transactions.coordinator import TransactionCoordinator
 from sharebroker.config import BrokerConfig
 
 log = get_logger("sharebroker.server")
@@ -43,6 +46,7 @@ class Broker:
         self.clock = LoopClock()  # deadlines on the monotonic clock, timers on the loop
         self._dir_lock = LogDirLock(self.log_dir)
         self.topics = Topics(config, self.log_dir)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])  # KIP-227
         # The owners are built from the seams they use, not from the broker: internal topics for
         # the coordinators' logs, the persister for share state, this broker as the group directory.
         internal = InternalTopics(self.topics, self)
@@ -51,6 +55,10 @@ class Broker:
         self.share_groups = ShareGroupCoordinator(config, self.log_dir, self.clock, self.topics, self.group_log,
                                                   self.share_persister, groups=self)
         self.classic_groups = ClassicGroupCoordinator(config, self.topics, self.group_log, groups=self)
+        self.consumer_groups = ConsumerGroupCoordinator(config, self.clock, self.topics, self.group_log, groups=self,
+                                                        group_configs=self.share_groups.config,
+                                                        classic=self.classic_groups)
+        self.transactions = TransactionCoordinator(config, self.topics, internal, self, self.next_producer_id)
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
                                      max_sessions=config["group.share.max.share.sessions"])
         self.share_groups.leaders = self.share
@@ -111,13 +119,17 @@ class Broker:
             log.warning("log recovery", detail=note)
         self.share_persister.load()
         self.share_groups.load()
+        self.consumer_groups.load()  # before classic: a consumer group's offsets make no simple group
         self.classic_groups.load()
+        self.transactions.load()
         self.flusher = Flusher()
         self.flusher.start()
         self.share_groups.start()
         self.classic_groups.start()
+        self.consumer_groups.start()
         self.group_log.start()
         self.share_persister.start()
+        self.transactions.start()
         if notes:  # recovery rewrote files: make the repaired state durable before serving
             for p in self.topics.all_partitions():
                 self.flusher.request(p.log)
@@ -216,6 +228,8 @@ class Broker:
             timer.cancel()
         await self.share_groups.stop()
         await self.classic_groups.stop()
+        await self.consumer_groups.stop()
+        await self.transactions.stop()
         await self.group_log.stop()
         await self.share_persister.stop()
         self.share.close()
@@ -232,11 +246,14 @@ class Broker:
         self.share.drop_topic(topic.topic_id)
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
         await self.classic_groups.topic_deleted(name)
+        await self.consumer_groups.topic_deleted()
 
     def group_type(self, group_id: str) -> GroupType | None:
         """Which kind of group owns this id ("share", "classic"), or None if no group has it."""
         if group_id in self.share_groups.groups:
             return "share"
+        if group_id in self.consumer_groups.groups:
+            return "consumer"
         if group_id in self.classic_groups.groups:
             return "classic"
         return None
@@ -244,7 +261,7 @@ class Broker:
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, type) of every group."""
         return ([(g.group_id, "share", g.state, "share") for g in self.share_groups.groups.values()]
-                + self.classic_groups.listing())
+                + self.classic_groups.listing() + self.consumer_groups.listing())
 
     def add_partitions(self, name: str, total: int) -> None:
         self.topics.add_partitions(name, total, now_ms())

@@ -225,6 +225,7 @@ class Topics:
 
     def snapshot_producers(self, partition: Partition) -> None:
         if partition.producers.entries:
+            partition.producers.truncate_aborted(partition.log.log_start_offset)
             save_snapshot(Path(partition.log.path), partition.producers, partition.log.log_end_offset)
 
     def close(self) -> None:

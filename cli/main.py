@@ -82,7 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     """Add every tool's subcommand to the `sharebroker` parser."""
-    from sharebroker.cli import console, consumer_groups, healthcheck, share_groups, topics, verify
+    from sharebroker.cli import console, consumer_groups, healthcheck, share_groups, topics, transactions, verify
     from sharebroker.pipeline.cli import add_parser as add_pipeline_parser
 
     topics.add_parser(sub)
@@ -91,6 +91,7 @@ def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     console.add_parsers(sub)
     verify.add_parser(sub)
     healthcheck.add_parser(sub)
+    transactions.add_parser(sub)
     add_pipeline_parser(sub)
 
 

@@ -47,10 +47,14 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     16: (0, 5),    # ListGroups (states v4, types v5)
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
+    27: (1, 2),    # WriteTxnMarkers (`transactions abort`)
     32: (1, 4),    # DescribeConfigs
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
+    61: (0, 0),    # DescribeProducers
+    65: (0, 0),    # DescribeTransactions
+    66: (0, 2),    # ListTransactions (v1 duration filter, v2 transactional id pattern)
     69: (0, 1),    # ConsumerGroupDescribe
     76: (1, 1),    # ShareGroupHeartbeat
     77: (1, 1),    # ShareGroupDescribe

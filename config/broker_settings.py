@@ -140,6 +140,14 @@ def _broker_defs() -> list[ConfigDef]:
           AtLeast(1)),
         d("group.consumer.min.heartbeat.interval.ms", "int", 5000, "Lower bound for consumer.heartbeat.interval.ms.", AtLeast(1)),
         d("group.consumer.max.heartbeat.interval.ms", "int", 15000, "Upper bound for consumer.heartbeat.interval.ms.", AtLeast(1)),
+        # KIP-848 consumer groups (Kafka's GroupCoordinatorConfig; assignors by short or class name)
+        d("group.consumer.max.size", "int", INT_MAX, "Most members in a consumer-protocol group.", AtLeast(1)),
+        d("group.consumer.assignors", "list", ("uniform", "range"), "Server-side assignors of consumer groups; the "
+          "first is the default.", ListOf("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                                          "org.apache.kafka.coordinator.group.assignor.RangeAssignor")),
+        d("group.consumer.migration.policy", "string", "bidirectional", "Whether non-empty classic groups are upgraded "
+          "to consumer groups and back: disabled, downgrade, upgrade or bidirectional.",
+          OneOf("disabled", "downgrade", "upgrade", "bidirectional")),
         d("group.streams.session.timeout.ms", "int", 45000, "Session timeout of streams group members.", AtLeast(1)),
         d("group.streams.min.session.timeout.ms", "int", 45000, "Lower bound for streams.session.timeout.ms.", AtLeast(1)),
         d("group.streams.max.session.timeout.ms", "int", 60000, "Upper bound for streams.session.timeout.ms.", AtLeast(1)),
@@ -165,6 +173,13 @@ def _broker_defs() -> list[ConfigDef]:
         d("transaction.state.log.replication.factor", "short", 3, "Replication factor of __transaction_state." + _COMPAT,
           AtLeast(1)),
         d("transaction.state.log.min.isr", "int", 2, "min.insync.replicas of __transaction_state." + _COMPAT, AtLeast(1)),
+        d("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of __transaction_state.", AtLeast(1)),
+        d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+          "How often transactions past their timeout are looked for and aborted.", AtLeast(1)),
+        d("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+          "How often transactional ids idle past transactional.id.expiration.ms are removed.", AtLeast(1)),
+        d("transaction.partition.verification.enable", "boolean", True,
+          "Refuse a transactional write to a partition the producer has not added to its transaction."),
         # -- share groups --------------------------------------------------------------------------
         d("group.share.max.size", "int", 200, "Most members in one share group.", Between(1, 1000)),
         d("group.share.session.timeout.ms", "int", 45000, "Session timeout of share group members; default of "

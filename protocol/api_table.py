@@ -13,8 +13,8 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     1: (4, 18),    # Fetch
     2: (1, 11),    # ListOffsets
     3: (0, 13),    # Metadata
-    8: (2, 9),     # OffsetCommit (v10 needs topic ids)
-    9: (1, 9),     # OffsetFetch (v10 needs topic ids)
+    8: (2, 10),    # OffsetCommit (v10: topic ids)
+    9: (1, 10),    # OffsetFetch (v10: topic ids)
     10: (0, 6),    # FindCoordinator
     11: (0, 9),    # JoinGroup
     12: (0, 4),    # Heartbeat
@@ -27,6 +27,10 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     20: (1, 6),    # DeleteTopics
     21: (0, 2),    # DeleteRecords
     22: (0, 5),    # InitProducerId (v6 is unstable in Kafka 4.2)
+    24: (0, 5),    # AddPartitionsToTxn (v4+: the broker-to-coordinator batch, verify-only included)
+    25: (0, 4),    # AddOffsetsToTxn
+    26: (0, 4),    # EndTxn (v5 is transaction version 2)
+    27: (1, 1),    # WriteTxnMarkers (what kafka-transactions.sh abort sends)
     29: (1, 3),    # DescribeAcls (SECURITY_DISABLED: no authorizer)
     30: (1, 3),    # CreateAcls
     31: (1, 3),    # DeleteAcls
@@ -34,13 +38,22 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     33: (0, 2),    # AlterConfigs
     35: (1, 4),    # DescribeLogDirs
     37: (0, 3),    # CreatePartitions
+    41: (1, 3),    # DescribeDelegationToken (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED: PLAINTEXT only)
     42: (0, 2),    # DeleteGroups
     43: (0, 2),    # ElectLeaders (never needed on one node)
     44: (0, 1),    # IncrementalAlterConfigs
     45: (0, 1),    # AlterPartitionReassignments (to the one replica: done at once)
     46: (0, 0),    # ListPartitionReassignments (none in progress)
     47: (0, 0),    # OffsetDelete
+    48: (0, 1),    # DescribeClientQuotas (no quotas: empty; AlterClientQuotas 49 not served)
+    50: (0, 0),    # DescribeUserScramCredentials (no SCRAM users)
+    55: (0, 2),    # DescribeQuorum (this node the only voter of __cluster_metadata-0)
     60: (0, 2),    # DescribeCluster
+    68: (0, 1),    # ConsumerGroupHeartbeat
+    69: (0, 1),    # ConsumerGroupDescribe
+    61: (0, 0),    # DescribeProducers
+    65: (0, 0),    # DescribeTransactions
+    66: (0, 2),    # ListTransactions
     76: (1, 1),    # ShareGroupHeartbeat
     77: (1, 1),    # ShareGroupDescribe
     78: (1, 2),    # ShareFetch

@@ -608,3 +608,34 @@ def iter_records(batch: bytes | bytearray | memoryview) -> list[tuple[int, bytes
         raise InvalidRecordError(ErrorCode.corrupt_message,
                                  f"no library for compression type {read_header(batch, 0).compression}") from None
     return [(r.offset, r.key, r.value) for r in records]
+
+
+# -- transaction markers (control batches) -------------------------------------------------------
+
+ABORT_MARKER, COMMIT_MARKER = 0, 1  # Kafka's ControlRecordType
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def encode_marker(producer_id: int, producer_epoch: int, commit: bool, *, coordinator_epoch: int,
+                  timestamp_ms: int) -> bytearray:
+    """One control batch holding an end-transaction marker, as Kafka's coordinator writes it."""
+    key = _CONTROL_KEY.pack(0, COMMIT_MARKER if commit else ABORT_MARKER)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return encode_batch([(key, value)], timestamp_ms=timestamp_ms, producer_id=producer_id,
+                        producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def read_marker(batch: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """(control record type, coordinator epoch) of one whole control batch: the type is
+    COMMIT_MARKER, ABORT_MARKER or another Kafka defines (epoch -1 for those); raises
+    InvalidRecordError if it holds no readable control key."""
+    for _offset, key, value in iter_records(batch):
+        if key is None or len(key) < _CONTROL_KEY.size:
+            break
+        kind = int(_CONTROL_KEY.unpack_from(key, 0)[1])
+        epoch = -1
+        if kind in (ABORT_MARKER, COMMIT_MARKER) and value is not None and len(value) >= _MARKER_VALUE.size:
+            epoch = int(_MARKER_VALUE.unpack_from(value, 0)[1])
+        return kind, epoch
+    raise InvalidRecordError(ErrorCode.corrupt_message, "control batch without a control record key")

@@ -1,4 +1,6 @@
-"""ApiVersions (18): the keys and version ranges actually served, plus supported features."""
+"""ApiVersions (18): the keys and version ranges actually served, plus supported features. Below v4
+the features whose lowest version is 0 are left out, as Kafka does (KAFKA-17492): Java clients
+3.3–3.7 refuse a range starting at 0, and their AdminClient's thread dies of it."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         "error_code": ErrorCode.none,
         "api_keys": keys,
         "throttle_time": 0,
-        "supported_features": broker.supported_features(),
+        "supported_features": [f for f in broker.supported_features()
+                               if req.api_version >= 4 or f["min_version"] > 0],
         "finalized_features_epoch": broker.features_epoch,
         "finalized_features": broker.finalized_features(),
     })

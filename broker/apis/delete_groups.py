@@ -1,4 +1,5 @@
-"""DeleteGroups (42) v0–2 for share groups and classic groups: only empty groups can be deleted."""
+"""DeleteGroups (42) v0–2 for share, classic and consumer groups: only empty groups can be deleted, a
+consumer group with its committed offsets."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         kind = broker.group_type(group_id)
         if kind == "share":
             code, message = await broker.share_groups.delete_group(group_id)
+        elif kind == "consumer":
+            code, message = await broker.consumer_groups.delete_group(group_id)
+            if code == ErrorCode.none:
+                await broker.classic_groups.delete_all_offsets(group_id)
         elif kind is not None:
             code, message = await broker.classic_groups.delete_group(group_id)
         else:

@@ -1,5 +1,5 @@
-"""FindCoordinator (10) v0–6: this node coordinates every group (key type 0) and every share
-partition (key type 2, v6+). Transactions (key type 1) are not served yet."""
+"""FindCoordinator (10) v0–6: this node coordinates every group (key type 0), every transactional
+id (key type 1) and every share partition (key type 2, v6+)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _resolve(broker: Broker, key: str, key_type: int, version: int) -> tuple[Err
     if key_type == GROUP:
         return ErrorCode.none, None
     if key_type == TRANSACTION:
-        return ErrorCode.coordinator_not_available, "Transactions are not supported by this broker yet."
+        return ErrorCode.none, None
     if key_type == SHARE:
         if version < 6:
             return ErrorCode.invalid_request, "Share coordinator keys need FindCoordinator version 6 or above."

@@ -1,8 +1,9 @@
-"""InitProducerId (22) v0–5 for idempotent producers. A transactional id is refused until
-transactions are implemented (they are not advertised either)."""
+"""InitProducerId (22) v0–5: a new producer id for an idempotent producer (or a bumped epoch,
+KIP-360), and for a transactional id the id and epoch the transaction coordinator gives it."""
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -23,12 +24,20 @@ _MAX_EPOCH = 32767
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     cls = response_class(22, req.api_version)
-    if body.transactional_id is not None:
-        log.info("transactional producer refused", transactional_id=body.transactional_id, conn=conn.id)
-        return build(cls, {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
-                           "producer_id": -1, "producer_epoch": -1})
     pid = getattr(body, "producer_id", -1)
     epoch = getattr(body, "producer_epoch", -1)
+    if body.transactional_id is not None:
+        expected = (pid, epoch) if pid >= 0 else None
+        timeout_ms = body.transaction_timeout // datetime.timedelta(milliseconds=1)
+        result = await broker.transactions.init_producer_id(body.transactional_id, timeout_ms, expected)
+        error = result.error
+        if error == ErrorCode.producer_fenced and req.api_version < 4:
+            error = ErrorCode.invalid_producer_epoch  # older clients do not know PRODUCER_FENCED
+        if error not in (ErrorCode.none, ErrorCode.concurrent_transactions):
+            log.info("transactional producer not initialised", transactional_id=body.transactional_id,
+                     error=error.name, conn=conn.id)
+        return build(cls, {"throttle_time": 0, "error_code": error, "producer_id": result.producer_id,
+                           "producer_epoch": result.producer_epoch})
     if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
         # KIP-360: an idempotent producer may bump its own epoch to reset sequences.
         new_pid, new_epoch = pid, epoch + 1

@@ -1,4 +1,6 @@
-"""ListOffsets (2) v1–11: earliest, latest, max timestamp and by timestamp (time index)."""
+"""ListOffsets (2) v1–11: earliest, latest, max timestamp and by timestamp (time index). With
+isolation level read_committed (v2+) "latest" is the last stable offset and nothing at or past it
+is answered, as Kafka's Partition.fetchOffsetForTimestamp does."""
 
 from __future__ import annotations
 
@@ -22,11 +24,19 @@ EARLIEST_LOCAL = -5
 EARLIEST_PENDING_UPLOAD = -6
 
 
-def _lookup(partition: Any, timestamp: int) -> tuple[int, int]:
+def _lookup(partition: Any, timestamp: int, read_committed: bool) -> tuple[int, int]:
     """(offset, timestamp) for one ListOffsets query; (-1, -1) when there is no such offset."""
     plog = partition.log
+    fetchable = partition.last_stable_offset if read_committed else plog.high_watermark
     if timestamp == LATEST:
-        return plog.high_watermark, -1
+        return fetchable, -1
+    offset, ts = _find(plog, timestamp)
+    if offset >= fetchable and timestamp not in (EARLIEST, EARLIEST_LOCAL):
+        return -1, -1
+    return offset, ts
+
+
+def _find(plog: Any, timestamp: int) -> tuple[int, int]:
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
@@ -49,6 +59,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     topics = broker.topics
+    read_committed = getattr(body, "isolation_level", 0) == 1
     seen = Counter((t.name, p.partition_index) for t in body.topics for p in t.partitions)
     out = []
     for lt in body.topics:
@@ -69,7 +80,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             if epoch_error is not None:
                 entry["error_code"] = epoch_error
                 continue
-            offset, ts = _lookup(partition, lp.timestamp)
+            offset, ts = _lookup(partition, lp.timestamp, read_committed)
             entry.update(offset=offset, timestamp=ts, leader_epoch=partition.leader_epoch if offset >= 0 else -1)
         out.append({"name": lt.name, "partitions": parts})
     return build(response_class(2, v), {"throttle_time": 0, "topics": out})

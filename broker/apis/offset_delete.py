@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in body.topics]
-    code, errors = await broker.classic_groups.delete_offsets(body.group_id, wanted)
+    subscribed = None
+    consumer_group = broker.consumer_groups.groups.get(body.group_id)
+    if consumer_group is not None:
+        subscribed = consumer_group.subscribed_topic_names().__contains__
+    code, errors = await broker.classic_groups.delete_offsets(body.group_id, wanted, subscribed)
     topics = []
     for name, partitions in wanted:
         rows = [{"partition_index": p, "error_code": errors[(name, p)]} for p in partitions if (name, p) in errors]

@@ -27,16 +27,13 @@ log = get_logger("sharebroker.produce")
 _refusals = Repeats(10.0)
 
 def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | None, version: int,
-                now: int) -> dict[str, Any]:
+                now: int, transactional_id: str | None) -> dict[str, Any]:
     """Validate and append one partition's batch; the response entry (without index)."""
     plog = partition.log
     topic = partition.topic
     cfg = topic.config
     (batch,) = headers = parse_produce_records(records or b"", api_version=version,
                                                max_message_bytes=cfg.max_message_bytes)
-    if batch.is_transactional:
-        raise KafkaError(ErrorCode.invalid_record,
-                         "Transactional batches are not supported by this broker yet.")
     if batch.size > cfg.segment_bytes:
         raise KafkaError(ErrorCode.record_list_too_large,
                          f"The record batch of {batch.size} bytes exceeds segment.bytes ({cfg.segment_bytes}).")
@@ -45,6 +42,7 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
         _check_timestamps(batch, cfg, now)
     pid = batch.producer_id
     if pid >= 0:
+        _check_transaction(broker, partition, batch, version, transactional_id)
         dup = partition.producers.check(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
         if dup is not None:
             log.info("duplicate batch acknowledged with its original offset", topic=topic.name,
@@ -57,7 +55,8 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
                          log_append_time=log_append_time)
     if pid >= 0:
         partition.producers.record(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
-                                   result.first_offset, result.last_offset, batch.max_timestamp)
+                                   result.first_offset, result.last_offset, batch.max_timestamp,
+                                   transactional=batch.is_transactional)
     if result.rolled:
         # After the producer state took this batch in: the roll's snapshot is taken at the log
         # end offset, which already counts it.
@@ -67,6 +66,36 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
     if log_append_time:
         entry["log_append_time"] = result.log_append_time_ms
     return entry
+
+
+def _check_transaction(broker: Broker, partition: Any, batch: Any, version: int, transactional_id: str | None) -> None:
+    """A transactional batch must come with its transactional id and, when it opens the
+    producer's transaction on this partition, the partition must have been added to that
+    transaction (KIP-890 verification, transaction.partition.verification.enable); a plain batch
+    may not interleave an open transaction of the same producer."""
+    pid = batch.producer_id
+    open_txn = pid in partition.producers.open_txns
+    if not batch.is_transactional:
+        if open_txn:
+            raise KafkaError(ErrorCode.invalid_txn_state,
+                             f"Expected a transactional write from producer {pid}: it has a transaction open on "
+                             f"{partition.topic.name}-{partition.index}.")
+        return
+    if transactional_id is None:
+        raise KafkaError(ErrorCode.transactional_id_authorization_failed,
+                         "A transactional batch needs the transactional id in the produce request.")
+    if open_txn or not broker.config["transaction.partition.verification.enable"]:
+        return
+    tp = (partition.topic.name, partition.index)
+    error = broker.transactions.verify_partitions(transactional_id, pid, batch.producer_epoch, [tp])[tp]
+    if error == ErrorCode.none:
+        return
+    if error == ErrorCode.producer_fenced:
+        error = ErrorCode.invalid_producer_epoch
+    elif error == ErrorCode.transaction_abortable and version <= 10:
+        error = ErrorCode.invalid_txn_state  # clients before Produce v11 do not know TRANSACTION_ABORTABLE
+    raise KafkaError(error, f"Transactional write of producer {pid} (epoch {batch.producer_epoch}) to "
+                            f"{tp[0]}-{tp[1]} refused: the partition is not in its open transaction.")
 
 
 def _check_timestamps(batch: Any, cfg: Any, now: int) -> None:
@@ -125,9 +154,6 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             try:
                 if acks not in (-1, 0, 1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"Invalid required acks value {acks}.")
-                if body.transactional_id is not None:
-                    raise KafkaError(ErrorCode.transactional_id_authorization_failed,
-                                     "Transactions are not supported by this broker yet.")
                 if topic is None:
                     raise KafkaError(missing, "This server does not host this topic-partition.")
                 if not 0 <= pd.index < len(topic.partitions):
@@ -136,7 +162,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
                 partition = topic.partitions[pd.index]
-                entry.update(_append_one(broker, partition, pd.records, v, now))
+                entry.update(_append_one(broker, partition, pd.records, v, now, body.transactional_id))
                 appended.append((partition, entry))
             except KafkaError as exc:
                 failed = True

@@ -2,6 +2,11 @@
 owns every ClassicGroup, fires their timers, persists group metadata and offsets in
 `__consumer_offsets` with Kafka's record formats, and rebuilds them at start-up.
 
+The committed-offsets store (`offsets`, by group id) serves every kind of group, as Kafka's
+OffsetMetadataManager does: classic and simple groups through their ClassicGroup (whose `offsets`
+is that group's entry of the store), consumer groups (KIP-848) after their coordinator validated the
+member, and transactional commits through `store_offsets`.
+
 Parked JoinGroup/SyncGroup requests wait on futures the group answers through its outbox. Anything
 persisted is updated in memory in the same step as its append (so GroupLog compaction always
 restates what the log holds); responses that acknowledge it are sent after the append."""
@@ -51,6 +56,7 @@ class ClassicGroupCoordinator:
         self.group_log = group_log
         self.directory = groups
         self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], crec.CommittedOffset]] = {}
         self._persisted: dict[str, bytes] = {}  # group id -> last GroupMetadata value appended
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -66,6 +72,19 @@ class ClassicGroupCoordinator:
         return ClassicSettings(initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"],
                                max_size=cfg["group.max.size"])
 
+    def _offsets_of(self, group_id: str) -> dict[tuple[str, int], crec.CommittedOffset]:
+        found = self.offsets.get(group_id)
+        if found is None:
+            found = self.offsets[group_id] = {}
+        return found
+
+    def _new_group(self, group_id: str, snapshot: crec.GroupSnapshot | None = None) -> ClassicGroup:
+        """A classic group whose offsets are its entry of the shared store."""
+        group = (ClassicGroup(group_id, self.settings()) if snapshot is None
+                 else ClassicGroup.from_snapshot(group_id, snapshot, self.settings()))
+        group.offsets = self._offsets_of(group_id)
+        return group
+
     def _group(self, group_id: str) -> ClassicGroup | None:
         group = self.groups.get(group_id)
         if group is not None:
@@ -78,6 +97,13 @@ class ClassicGroupCoordinator:
         """Rebuild groups and committed offsets by replaying `__consumer_offsets`."""
         self.group_log.register(self._restate)
         self.group_log.replay({t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)})
+        for group_id, committed in list(self.offsets.items()):
+            if group_id in self.groups:
+                continue
+            if not committed:
+                del self.offsets[group_id]
+            elif self.directory.group_type(group_id) is None:
+                self.groups[group_id] = self._new_group(group_id)  # offsets without membership: a "simple" group
         now = now_ms()
         for group in self.groups.values():
             group.settings = self.settings()
@@ -94,38 +120,28 @@ class ClassicGroupCoordinator:
             if record_type == crec.OFFSET_COMMIT:
                 assert topic is not None and partition is not None
                 if value is None:
-                    existing = self.groups.get(group_id)
-                    if existing is not None:
-                        existing.offsets.pop((topic, partition), None)
+                    self.offsets.get(group_id, {}).pop((topic, partition), None)
                     return
-                group = self.groups.get(group_id)
-                if group is None:  # offsets without membership: a "simple" group
-                    group = self.groups[group_id] = ClassicGroup(group_id, self.settings())
-                group.offsets[(topic, partition)] = crec.decode_offset_commit_value(value)
+                self._offsets_of(group_id)[(topic, partition)] = crec.decode_offset_commit_value(value)
                 return
-            previous = self.groups.pop(group_id, None)
+            self.groups.pop(group_id, None)
             if value is None:
                 self._persisted.pop(group_id, None)
-                if previous is not None and previous.offsets:
-                    simple = self.groups[group_id] = ClassicGroup(group_id, self.settings())
-                    simple.offsets = previous.offsets
                 return
-            group = ClassicGroup.from_snapshot(group_id, crec.decode_group_metadata_value(value), self.settings())
-            if previous is not None:
-                group.offsets = previous.offsets
-            self.groups[group_id] = group
+            self.groups[group_id] = self._new_group(group_id, crec.decode_group_metadata_value(value))
             self._persisted[group_id] = value
         except (ValueError, AssertionError, IndexError) as exc:
             log.warning("unreadable classic group record skipped", error=str(exc), key=key.hex()[:80])
 
     def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
         out: list[Record] = []
-        for group_id, group in self.groups.items():
+        for group_id in self.groups:
+            if in_partition(group_id) and group_id in self._persisted:
+                out.append((crec.group_metadata_key(group_id), self._persisted[group_id]))
+        for group_id, committed_offsets in self.offsets.items():
             if not in_partition(group_id):
                 continue
-            if group_id in self._persisted:
-                out.append((crec.group_metadata_key(group_id), self._persisted[group_id]))
-            for (topic, partition), committed in group.offsets.items():
+            for (topic, partition), committed in committed_offsets.items():
                 out.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
         return out
 
@@ -236,7 +252,7 @@ class ClassicGroupCoordinator:
         if group is None:
             if member_id:  # a known member id for a group that does not exist
                 return JoinResult(ErrorCode.unknown_member_id, member_id)
-            group = self.groups[group_id] = ClassicGroup(group_id, self.settings())
+            group = self.groups[group_id] = self._new_group(group_id)
             created = True
             log.info("classic group created", group=group_id)
         waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
@@ -317,16 +333,7 @@ class ClassicGroupCoordinator:
                 errors[(topic, partition)] = error or ErrorCode.unknown_server_error
             return errors
         now = now_ms()
-        max_metadata = self.config["offset.metadata.max.bytes"]
-        records: list[Record] = []
-        for topic, partition, offset, leader_epoch, metadata in valid:
-            if metadata is not None and len(metadata) > max_metadata:
-                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
-                continue
-            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now)
-            group.offsets[(topic, partition)] = committed
-            records.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
-            errors[(topic, partition)] = ErrorCode.none
+        records = self._offset_records(group_id, valid, errors, now)
         if not records and group.is_simple() and not group.offsets:
             self._forget(group_id)  # nothing committed: the simple group was never there
         group.offset_committed(member_id, now)
@@ -334,6 +341,62 @@ class ClassicGroupCoordinator:
         if records:
             await self._append(group_id, records)
         return errors
+
+    def _offset_records(self, group_id: str, offsets: list[OffsetToCommit], errors: dict[tuple[str, int], ErrorCode],
+                        now: int) -> list[Record]:
+        """Store the offsets in memory and return their records (oversized metadata refused)."""
+        max_metadata = self.config["offset.metadata.max.bytes"]
+        store = self._offsets_of(group_id)
+        records: list[Record] = []
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            if metadata is not None and len(metadata) > max_metadata:
+                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now)
+            store[(topic, partition)] = committed
+            records.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
+            errors[(topic, partition)] = ErrorCode.none
+        return records
+
+    async def store_offsets(self, group_id: str, offsets: list[OffsetToCommit]) -> dict[tuple[str, int], ErrorCode]:
+        """Commit a batch of offsets for a group without member validation: for callers that
+        validated already (consumer groups, a committing transaction's TxnOffsetCommit offsets).
+        Unknown partitions and oversized metadata are refused per partition."""
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        valid = []
+        for item in offsets:
+            if self._partition_exists(item[0], item[1]):
+                valid.append(item)
+            else:
+                errors[(item[0], item[1])] = ErrorCode.unknown_topic_or_partition
+        records = self._offset_records(group_id, valid, errors, now_ms())
+        if not self.offsets.get(group_id) and group_id not in self.groups:
+            self.offsets.pop(group_id, None)  # a classic group's entry stays: its `offsets` is that dict
+        if records:
+            await self._append(group_id, records)
+        return errors
+
+    async def delete_all_offsets(self, group_id: str) -> None:
+        """Tombstone every committed offset of a group (DeleteGroups of another kind of group)."""
+        committed = self.offsets.pop(group_id, {})
+        if committed:
+            await self._append(group_id, [(crec.offset_commit_key(group_id, t, p), None) for t, p in committed])
+
+    def is_empty_group(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and group.state == EMPTY and not group.pending_members
+
+    async def replace_empty_group(self, group_id: str) -> None:
+        """A consumer group takes over the id of an empty classic group (Kafka writes the classic
+        group's tombstone); committed offsets stay in the store for the new group."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        group.mark_dead(now_ms())
+        self._after(group)
+        self._forget(group_id, keep_offsets=True)
+        log.info("empty classic group replaced by a consumer group", group=group_id)
+        await self._append(group_id, [(crec.group_metadata_key(group_id), None)])
 
     def _group_for_commit(self, group_id: str, generation_id: int,
                           version: int) -> tuple[ClassicGroup | None, ErrorCode | None]:
@@ -344,7 +407,7 @@ class ClassicGroupCoordinator:
             return group, None
         if generation_id < 0:
             # Admin tools and manually assigned consumers commit without membership.
-            group = self.groups[group_id] = ClassicGroup(group_id, self.settings())
+            group = self.groups[group_id] = self._new_group(group_id)
             return group, None
         return None, ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
 
@@ -356,8 +419,7 @@ class ClassicGroupCoordinator:
             pending = list(self._inflight.get(group_id, ()))
             if pending:
                 await asyncio.wait(pending)
-        group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None and group.state != DEAD else {}
+        offsets = self.offsets.get(group_id, {})
         out: list[tuple[str, list[FetchedOffset]]] = []
         if topics is None:
             by_topic: dict[str, list[FetchedOffset]] = {}
@@ -375,9 +437,11 @@ class ClassicGroupCoordinator:
             out.append((topic, rows))
         return out
 
-    async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
+    async def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]],
+                             subscribed: Callable[[str], bool] | None = None
                              ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
-        """OffsetDelete: a group-level error, and per-partition results."""
+        """OffsetDelete: a group-level error, and per-partition results. `subscribed` tells, for a
+        consumer group, whether a member subscribes to a topic (Kafka refuses those)."""
         if not group_id:
             return ErrorCode.invalid_group_id, {}
         errors: dict[tuple[str, int], ErrorCode] = {}
@@ -388,19 +452,27 @@ class ClassicGroupCoordinator:
                     valid.append((topic, partition))
                 else:
                     errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+        if self.directory.group_type(group_id) == "consumer" and subscribed is not None:
+            return await self._delete_offsets(group_id, valid, errors, subscribed)
         group = self._group(group_id)
         if group is None or self.directory.group_type(group_id) != "classic":
             return ErrorCode.group_id_not_found, errors
         error = group.validate_offset_delete()
         if error is not None:
             return error, errors
+        return await self._delete_offsets(group_id, valid, errors, group.is_subscribed_to)
+
+    async def _delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                              errors: dict[tuple[str, int], ErrorCode], subscribed: Callable[[str], bool]
+                              ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        store = self.offsets.get(group_id, {})
         records: list[Record] = []
-        for topic, partition in valid:
-            if group.is_subscribed_to(topic):
+        for topic, partition in partitions:
+            if subscribed(topic):
                 errors[(topic, partition)] = ErrorCode.group_subscribed_to_topic
                 continue
             errors[(topic, partition)] = ErrorCode.none
-            if group.offsets.pop((topic, partition), None) is not None:
+            if store.pop((topic, partition), None) is not None:
                 records.append((crec.offset_commit_key(group_id, topic, partition), None))
         if records:
             log.info("classic group offsets deleted", group=group_id, partitions=len(records))
@@ -435,8 +507,10 @@ class ClassicGroupCoordinator:
         await self._append(group_id, records)
         return ErrorCode.none, None
 
-    def _forget(self, group_id: str) -> None:
+    def _forget(self, group_id: str, *, keep_offsets: bool = False) -> None:
         self.groups.pop(group_id, None)
+        if not keep_offsets:
+            self.offsets.pop(group_id, None)
         self._persisted.pop(group_id, None)
         self._seen.pop(group_id, None)
         handle = self._timers.pop(group_id, None)
@@ -445,12 +519,12 @@ class ClassicGroupCoordinator:
 
     async def topic_deleted(self, name: str) -> None:
         """A deleted topic's committed offsets go with it (tombstoned in every group)."""
-        for group_id, group in list(self.groups.items()):
-            gone = [key for key in group.offsets if key[0] == name]
+        for group_id, committed in list(self.offsets.items()):
+            gone = [key for key in committed if key[0] == name]
             if not gone:
                 continue
             for key in gone:
-                del group.offsets[key]
+                del committed[key]
             await self._append(group_id, [(crec.offset_commit_key(group_id, t, p), None) for t, p in gone])
             log.info("classic group offsets of deleted topic removed", group=group_id, topic=name,
                      partitions=len(gone))

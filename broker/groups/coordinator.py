@@ -179,7 +179,8 @@ class ShareGroupCoordinator:
         return ShareLimits(record_lock_duration_ms=c.share_record_lock_duration_ms,
                            delivery_count_limit=c.share_delivery_count_limit,
                            max_in_flight_records=c.share_partition_max_record_locks,
-                           renew_enabled=c.share_renew_acknowledge_enable)
+                           renew_enabled=c.share_renew_acknowledge_enable,
+                           read_committed=c.share_read_committed)
 
     def auto_offset_reset(self, group_id: str) -> Any:
         return self.config(group_id).share_auto_offset_reset_strategy

@@ -1,12 +1,12 @@
-"""The seam between the two group coordinators: a group id belongs to one kind of group, so each
-asks the broker's directory before it creates a group (Kafka answers GROUP_ID_NOT_FOUND or
-INCONSISTENT_GROUP_PROTOCOL when the id is taken by the other kind)."""
+"""The seam between the group coordinators (share, classic, consumer): a group id belongs to one
+kind of group, so each asks the broker's directory before it creates a group (Kafka answers
+GROUP_ID_NOT_FOUND or INCONSISTENT_GROUP_PROTOCOL when the id is taken by another kind)."""
 
 from __future__ import annotations
 
 from typing import Literal, Protocol
 
-GroupType = Literal["share", "classic"]
+GroupType = Literal["share", "classic", "consumer"]
 
 
 class GroupDirectory(Protocol):

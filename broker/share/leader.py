@@ -25,7 +25,7 @@ from sharebroker.broker.share.partition import (
 from sharebroker.broker.share_state.persister import Persister
 from sharebroker.broker.share_state.store import StateBatch
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.protocol.record_batch import iter_batch_headers
+from sharebroker.protocol.record_batch import BatchHeader, iter_batch_headers
 from sharebroker.storage import OffsetOutOfRange
 from sharebroker.protocol.errors import KafkaError
 
@@ -226,10 +226,12 @@ class SharePartitionLeader:
         plog = self.partition.log
         for _attempt in range(2):
             offset = sp.next_fetch_offset()
-            if offset >= plog.high_watermark:
+            # read_committed: nothing at or past the last stable offset (an open transaction's records)
+            upper = self.partition.last_stable_offset if limits.read_committed else plog.high_watermark
+            if offset >= upper:
                 return Acquisition(b"", [])
             try:
-                read = plog.read(offset, max(max_bytes, 1), max_offset=plog.high_watermark, min_one_batch=True,
+                read = plog.read(offset, max(max_bytes, 1), max_offset=upper, min_one_batch=True,
                                  through_offset=sp.read_through(offset, max_records, limits))
                 break
             except OffsetOutOfRange:
@@ -241,8 +243,10 @@ class SharePartitionLeader:
             return Acquisition(b"", [])
         headers = list(iter_batch_headers(data))
         batches = [LogBatch(h.base_offset, h.last_offset) for h in headers]
+        aborted = self._aborted_batches(headers, offset, read.next_offset) if limits.read_committed else ()
         acquired = sp.acquire(member_id, batches, max_records=max_records, batch_size=batch_size, mode=mode,
-                              limits=limits, now_ms=self.clock.monotonic_ms(), fetch_offset=offset)
+                              limits=limits, now_ms=self.clock.monotonic_ms(), fetch_offset=offset,
+                              aborted_batches=aborted)
         if not acquired:
             return Acquisition(b"", [])
         self._arm_timer()
@@ -257,6 +261,17 @@ class SharePartitionLeader:
                 start = h.position
             end = h.position + h.size
         return Acquisition(bytes(data[start:end]) if start is not None else b"", acquired)
+
+    def _aborted_batches(self, headers: list[BatchHeader], start: int, end: int) -> list[LogBatch]:
+        """The data batches of aborted transactions among those read: a transactional batch of a
+        producer between the first offset of its aborted transaction and that abort's marker. The
+        markers themselves are control batches and stay (the client acknowledges them as gaps)."""
+        spans = self.partition.producers.aborted_spans(start, end)
+        if not spans:
+            return []
+        return [LogBatch(h.base_offset, h.last_offset) for h in headers
+                if h.is_transactional and not h.is_control and any(
+                    a.producer_id == h.producer_id and a.first_offset <= h.base_offset < a.last_offset for a in spans)]
 
     # -- acknowledgement and release -------------------------------------------------------------
 

@@ -112,6 +112,7 @@ class ShareLimits:
     delivery_count_limit: int
     max_in_flight_records: int
     renew_enabled: bool = True
+    read_committed: bool = False  # share.isolation.level
 
 
 @dataclass(eq=False)

@@ -1,0 +1,425 @@
+"""The group coordinator for consumer groups of the KIP-848 protocol: owns every ConsumerGroup,
+serves ConsumerGroupHeartbeat and ConsumerGroupDescribe, fences members whose session or
+rebalance timeout passes, follows topic changes (creation, deletion, new partitions) and persists
+the groups in `__consumer_offsets` with Kafka's record types, rebuilt at start-up by replay.
+
+Committed offsets are not kept here: the classic coordinator's offset store holds them for every
+kind of group; this coordinator only validates a member's commit (member id and epoch)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from sharebroker.broker.groups import consumer_records as rec
+from sharebroker.broker.groups.assignors import assignor_name
+from sharebroker.broker.groups.consumer_group import (
+    ConsumerGroup,
+    ConsumerMember,
+    ConsumerSettings,
+    CurrentAssignment,
+    Heartbeat,
+    validate_heartbeat,
+)
+from sharebroker.broker.groups.share_group import Assignment, TopicInfo
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.errors import KafkaError
+
+if TYPE_CHECKING:
+    from sharebroker.broker.clock import Clock
+    from sharebroker.broker.connection import Connection
+    from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
+    from sharebroker.broker.groups.directory import GroupDirectory
+    from sharebroker.broker.groups.group_log import GroupLog
+    from sharebroker.broker.topics import Topics
+    from sharebroker.config import BrokerConfig, GroupConfig
+
+log = get_logger("sharebroker.groups")
+
+_SWEEP_INTERVAL_S = 0.1
+Record = tuple[bytes, bytes | None]
+
+
+@dataclass(slots=True)
+class _Persisted:
+    """What the log holds of one group, to write only what changed."""
+    epoch: int = -1
+    assignment_epoch: int = -1
+    members: dict[str, tuple] = field(default_factory=dict)
+    targets: dict[str, tuple] = field(default_factory=dict)
+    currents: dict[str, tuple] = field(default_factory=dict)
+    regexes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _assignment_key(a: Assignment) -> tuple:
+    return tuple(sorted((str(t), tuple(sorted(ps))) for t, ps in a.items() if ps))
+
+
+def _current_key(c: CurrentAssignment) -> tuple:
+    return (c.epoch, c.previous_epoch, c.state, _assignment_key(c.assigned), _assignment_key(c.pending_revocation))
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, config: BrokerConfig, clock: Clock, topics: Topics, group_log: GroupLog,
+                 groups: GroupDirectory, group_configs: Callable[[str], GroupConfig],
+                 classic: ClassicGroupCoordinator) -> None:
+        self.broker_config = config
+        self.clock = clock
+        self.topics = topics
+        self.group_log = group_log
+        self.directory = groups
+        self.group_configs = group_configs
+        self.classic = classic  # holds the committed offsets of every group, and empty classic groups we replace
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._persisted: dict[str, _Persisted] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._lock_users: dict[str, int] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._topics_seen: tuple = ()
+        self._regex_version = 0
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    def assignors(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(assignor_name(a) for a in self.broker_config["group.consumer.assignors"]))
+
+    def settings(self, group_id: str) -> ConsumerSettings:
+        return ConsumerSettings(session_timeout_ms=self.group_configs(group_id).consumer_session_timeout_ms,
+                                max_size=self.broker_config["group.consumer.max.size"], assignors=self.assignors())
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.group_configs(group_id).consumer_heartbeat_interval_ms
+
+    def _all_topics(self) -> dict[str, TopicInfo]:
+        return {name: TopicInfo(name, t.topic_id, len(t.partitions)) for name, t in self.topics.by_name.items()}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.group_log.register(self._restate)
+        self.group_log.replay({t: self._replay for t in rec.RECORD_TYPES})
+        now = self.clock.monotonic_ms()
+        topics = self._all_topics()
+        for group in self.groups.values():
+            for m in list(group.members.values()):
+                group.add_member(m)  # rebuilds the static-member map and partition owners
+                m.session_deadline_ms = now + self.settings(group.group_id).session_timeout_ms
+                if m.current.state == 1:  # UNREVOKED_PARTITIONS: the rebalance timeout runs again
+                    m.revocation_deadline = (now + max(m.rebalance_timeout_ms, 0), m.current.epoch)
+            group.resolve_regexes(topics)
+            group.metadata_signature = group._signature(topics)
+            self._persisted[group.group_id] = self._snapshot(group)
+        self._topics_seen = self._topics_fingerprint()
+        if self.groups:
+            log.info("consumer groups loaded", groups=len(self.groups),
+                     members=sum(len(g.members) for g in self.groups.values()))
+
+    def _replay(self, k: bytes, value: bytes | None) -> None:
+        d = rec.decode(k, value)
+        group = self.groups.get(d.group_id)
+        if d.fields is None:
+            if group is None:
+                return
+            if d.record_type == rec.GROUP_METADATA:
+                del self.groups[d.group_id]
+            elif d.record_type == rec.MEMBER_METADATA and d.second is not None:
+                group.members.pop(d.second, None)
+            elif d.record_type == rec.TARGET_MEMBER and d.second is not None:
+                group.target.pop(d.second, None)
+            elif d.record_type == rec.REGULAR_EXPRESSION and d.second is not None:
+                group.resolved.pop(d.second, None)
+            return
+        if group is None:
+            group = self.groups[d.group_id] = ConsumerGroup(d.group_id)
+        f = d.fields
+        if d.record_type == rec.GROUP_METADATA:
+            group.epoch = int(f["epoch"])  # type: ignore[call-overload]
+        elif d.record_type == rec.TARGET_METADATA:
+            group.assignment_epoch = int(f["assignment_epoch"])  # type: ignore[call-overload]
+        elif d.record_type == rec.TARGET_MEMBER and d.second is not None:
+            group.target[d.second] = f["assignment"]  # type: ignore[assignment]
+        elif d.record_type == rec.REGULAR_EXPRESSION and d.second is not None:
+            group.resolved[d.second] = f["topics"]  # type: ignore[assignment]
+        elif d.record_type in (rec.MEMBER_METADATA, rec.CURRENT_ASSIGNMENT) and d.second is not None:
+            member = group.members.setdefault(d.second, ConsumerMember(d.second))
+            if d.record_type == rec.CURRENT_ASSIGNMENT:
+                member.current = CurrentAssignment(**f)  # type: ignore[arg-type]
+            else:
+                for name, v in f.items():
+                    setattr(member, name, v)
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="consumer-group-expiry")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def _snapshot(self, group: ConsumerGroup) -> _Persisted:
+        return _Persisted(group.epoch, group.assignment_epoch,
+                          {m.member_id: m.metadata_signature() for m in group.members.values()},
+                          {mid: _assignment_key(a) for mid, a in group.target.items()},
+                          {m.member_id: _current_key(m.current) for m in group.members.values()},
+                          dict(group.resolved))
+
+    def _group_records(self, group: ConsumerGroup) -> list[Record]:
+        gid = group.group_id
+        out: list[Record] = [rec.member_metadata(gid, m) for m in group.members.values()]
+        out.append(rec.group_metadata(gid, group.epoch))
+        out += [rec.regular_expression(gid, r, ts, 0, 0) for r, ts in group.resolved.items()]
+        out += [rec.target_member(gid, mid, a) for mid, a in group.target.items()]
+        out.append(rec.target_metadata(gid, group.assignment_epoch))
+        out += [rec.current_assignment(gid, m.member_id, m.current) for m in group.members.values()]
+        return out
+
+    def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
+        return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
+
+    async def persist(self, group: ConsumerGroup) -> None:
+        """Append the records of what changed since the last write, in Kafka's order."""
+        gid = group.group_id
+        old = self._persisted.get(gid) or _Persisted()
+        new = self._snapshot(group)
+        records: list[Record] = []
+        for mid in old.members.keys() - new.members.keys():
+            records += rec.member_tombstones(gid, mid)
+        records += [rec.member_metadata(gid, group.members[mid]) for mid, sig in new.members.items()
+                    if old.members.get(mid) != sig]
+        if new.epoch != old.epoch:
+            records.append(rec.group_metadata(gid, group.epoch))
+        for regex in old.regexes.keys() - new.regexes.keys():
+            records.append((rec.key(rec.REGULAR_EXPRESSION, gid, regex), None))
+        for regex, resolved in new.regexes.items():
+            if old.regexes.get(regex) != resolved:
+                self._regex_version += 1
+                records.append(rec.regular_expression(gid, regex, resolved, self._regex_version,
+                                                      int(time.time() * 1000)))
+        records += [rec.target_member(gid, mid, group.target[mid]) for mid, sig in new.targets.items()
+                    if old.targets.get(mid) != sig and mid in group.members]
+        if new.assignment_epoch != old.assignment_epoch:
+            records.append(rec.target_metadata(gid, group.assignment_epoch))
+        records += [rec.current_assignment(gid, mid, group.members[mid].current) for mid, sig in new.currents.items()
+                    if old.currents.get(mid) != sig]
+        if not records:
+            return
+        await self.group_log.append(gid, records)
+        self._persisted[gid] = new
+
+    # -- serialization per group -----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self, group_id: str) -> AsyncIterator[None]:
+        """One operation at a time per group, as Kafka's coordinator runtime runs them in order."""
+        lock = self._locks.get(group_id)
+        if lock is None:
+            lock = self._locks[group_id] = asyncio.Lock()
+        self._lock_users[group_id] = self._lock_users.get(group_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            left = self._lock_users[group_id] - 1
+            if left:
+                self._lock_users[group_id] = left
+            else:
+                del self._lock_users[group_id]
+                del self._locks[group_id]
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
+
+    async def heartbeat(self, body: Any, version: int, conn: Connection) -> dict[str, Any]:
+        rebalance = body.rebalance_timeout
+        hb = Heartbeat(
+            member_id=body.member_id, member_epoch=body.member_epoch, instance_id=body.instance_id,
+            rack_id=body.rack_id,
+            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if hasattr(rebalance, "total_seconds") else int(rebalance),
+            subscribed_names=tuple(body.subscribed_topic_names) if body.subscribed_topic_names is not None else None,
+            subscribed_regex=getattr(body, "subscribed_topic_regex", None),
+            server_assignor=body.server_assignor,
+            owned=(tuple((tp.topic_id, tuple(tp.partitions)) for tp in body.topic_partitions)
+                   if body.topic_partitions is not None else None),
+            client_id=conn.client_id or "", client_host=conn.client_host)
+        validate_heartbeat(hb, version, body.group_id, self.assignors())
+        if version == 0 and hb.member_epoch == 0 and hb.member_id == "":
+            hb = Heartbeat(**{**{f: getattr(hb, f) for f in hb.__slots__}, "member_id": str(uuid.uuid4())})
+        async with self._serialized(body.group_id):
+            return await self._heartbeat(body.group_id, hb)
+
+    def _require_consumer_group(self, group_id: str, *, create: bool) -> ConsumerGroup:
+        kind = self.directory.group_type(group_id)
+        group = self.groups.get(group_id)
+        if kind not in (None, "consumer"):
+            if kind == "classic" and create and self.classic.is_empty_group(group_id):
+                pass  # Kafka replaces an empty classic group by the new consumer group
+            else:
+                raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+        if group is None:
+            if not create:
+                raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+            group = ConsumerGroup(group_id)
+        return group
+
+    async def _heartbeat(self, group_id: str, hb: Heartbeat) -> dict[str, Any]:
+        group = self._require_consumer_group(group_id, create=hb.member_epoch == 0)
+        created = group_id not in self.groups
+        settings = self.settings(group_id)
+        now = self.clock.monotonic_ms()
+        reply = group.heartbeat(hb, self._all_topics(), now, settings)
+        group.arm_revocation_timers(now)
+        if created:
+            if self.directory.group_type(group_id) == "classic":
+                await self.classic.replace_empty_group(group_id)
+            self.groups[group_id] = group
+            log.info("consumer group created", group=group_id)
+        if hb.member_epoch == 0:
+            log.info("consumer group member joined", group=group_id, member=reply.member_id,
+                     instance=hb.instance_id, epoch=reply.member_epoch, group_epoch=group.epoch)
+        elif hb.member_epoch < 0:
+            log.info("consumer group member left", group=group_id, member=hb.member_id, epoch=hb.member_epoch)
+        await self.persist(group)
+        assignment = None
+        if reply.assignment is not None:
+            assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
+                                               for tid, ps in sorted(reply.assignment.items(), key=lambda kv: str(kv[0]))
+                                               if ps]}
+        interval = 0 if hb.member_epoch < 0 else self.heartbeat_interval_ms(group_id)
+        return {"member_id": reply.member_id, "member_epoch": reply.member_epoch, "heartbeat_interval": interval,
+                "assignment": assignment}
+
+    # -- timers and topic changes ----------------------------------------------------------------
+
+    def _topics_fingerprint(self) -> tuple:
+        return tuple((name, t.topic_id, len(t.partitions)) for name, t in self.topics.by_name.items())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_INTERVAL_S)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("consumer group sweep failed")
+
+    async def sweep(self) -> None:
+        now = self.clock.monotonic_ms()
+        fingerprint = self._topics_fingerprint()
+        topics_changed = fingerprint != self._topics_seen
+        self._topics_seen = fingerprint
+        topics = self._all_topics() if topics_changed else None
+        for group_id in list(self.groups):
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            expired = group.expired(now)
+            if not expired and not topics_changed:
+                continue
+            async with self._serialized(group_id):
+                if self.groups.get(group_id) is not group:
+                    continue
+                current = topics if topics is not None else self._all_topics()
+                default = self.assignors()[0]
+                for member_id, reason in group.expired(now):
+                    group.fence(member_id, current, default)
+                    log.info("consumer group member fenced", group=group_id, member=member_id, reason=reason)
+                if topics_changed and group.refresh(current, default):
+                    log.info("consumer group metadata changed", group=group_id, epoch=group.epoch)
+                group.arm_revocation_timers(now)
+                try:
+                    await self.persist(group)
+                except Exception as exc:  # noqa: BLE001 - retried at the next change
+                    log.warning("consumer group record write failed", group=group_id, error=str(exc))
+
+    # -- offsets (validation only; the offset store is shared with classic groups) ----------------
+
+    def validate_offset_commit(self, group_id: str, member_id: str, instance_id: str | None, member_epoch: int,
+                               version: int, *, transactional: bool = False) -> tuple[ErrorCode, str | None] | None:
+        """Kafka's ConsumerGroup.validateOffsetCommit: None when the commit may proceed."""
+        group = self.groups[group_id]
+        if member_epoch < 0 and not group.members:
+            return None
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
+        if not transactional and version < 9:
+            return ErrorCode.unsupported_version, ("OffsetCommit version 9 or above must be used by members using "
+                                                   "the modern group protocol")
+        if member_epoch != member.epoch:
+            return ErrorCode.stale_member_epoch, (f"The received member epoch {member_epoch} does not match the "
+                                                  f"expected member epoch {member.epoch}.")
+        return None
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> tuple[ErrorCode, str] | None:
+        """Kafka's ConsumerGroup.validateOffsetFetch: None when the fetch may proceed."""
+        group = self.groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
+        if member_epoch != member.epoch:
+            return ErrorCode.stale_member_epoch, (f"The received member epoch {member_epoch} does not match the "
+                                                  f"expected member epoch {member.epoch}.")
+        return None
+
+    # -- describe, list, delete ------------------------------------------------------------------
+
+    def describe(self, group_id: str) -> dict[str, Any]:
+        """A ConsumerGroupDescribe DescribedGroup (without authorized operations)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            kind = self.directory.group_type(group_id)
+            message = f"Group {group_id} is not a consumer group." if kind else f"Group {group_id} not found."
+            return {"error_code": ErrorCode.group_id_not_found, "error_message": message, "group_id": group_id,
+                    "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                    "members": []}
+        names = {t.topic_id: name for name, t in self.topics.by_name.items()}
+
+        def topic_partitions(a: Assignment) -> dict[str, Any]:
+            return {"topic_partitions": [{"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}
+                                         for tid, ps in sorted(a.items(), key=lambda kv: names.get(kv[0], "")) if ps]}
+        return {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
+                "group_state": group.state, "group_epoch": group.epoch, "assignment_epoch": group.assignment_epoch,
+                "assignor_name": group.preferred_assignor(self.assignors()[0]),
+                "members": [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                             "member_epoch": m.epoch, "client_id": m.client_id, "client_host": m.client_host,
+                             "subscribed_topic_names": list(m.subscribed_names),
+                             "subscribed_topic_regex": m.subscribed_regex,
+                             "assignment": topic_partitions(m.current.assigned),
+                             "target_assignment": topic_partitions(group.target.get(m.member_id, {})),
+                             "member_type": 1}  # 1 = consumer protocol (0 = classic)
+                            for m in group.members.values()]}
+
+    def listing(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, "consumer") for ListGroups."""
+        return [(g.group_id, "consumer", g.state, "consumer") for g in self.groups.values()]
+
+    async def delete_group(self, group_id: str) -> tuple[ErrorCode, str | None]:
+        async with self._serialized(group_id):
+            group = self.groups.get(group_id)
+            if group is None:
+                return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+            if group.members:
+                return ErrorCode.non_empty_group, f"Group {group_id} is not empty."
+            persisted = self._persisted.get(group_id) or _Persisted()
+            records = rec.group_tombstones(group_id, sorted(persisted.members), sorted(persisted.regexes))
+            del self.groups[group_id]  # gone in the same step as the tombstones, for compaction
+            try:
+                await self.group_log.append(group_id, records)
+            except Exception:
+                self.groups[group_id] = group
+                raise
+            self._persisted.pop(group_id, None)
+            log.info("consumer group deleted", group=group_id)
+            return ErrorCode.none, None
+
+    async def topic_deleted(self) -> None:
+        """Recompute at once rather than at the next sweep."""
+        await self.sweep()

@@ -1,0 +1,482 @@
+"""A consumer group of the KIP-848 protocol (`group.protocol=consumer`) as a pure state machine:
+members, group epoch, target assignment, and each member's reconciliation towards it. No I/O and
+no clock: callers pass `now_ms` and the topic metadata.
+
+Kafka's rules (GroupMetadataManager.consumerGroupHeartbeat, ConsumerGroup, CurrentAssignmentBuilder
+in Kafka 4.x): a change of membership, subscription or subscribed-topic metadata bumps the group
+epoch; the target assignment is recomputed when it is behind the group epoch; a member moves to a
+new epoch only after it has revoked (no longer reports owning) what it must give up, and receives a
+partition only once its previous owner has released it. A member that does not revoke within its
+rebalance timeout, or does not heartbeat within the session timeout, is fenced (removed)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from kio.schema.errors import ErrorCode
+
+from sharebroker.broker.groups.assignors import MemberSubscription, assign
+from sharebroker.broker.groups.share_group import Assignment, TopicInfo
+from sharebroker.protocol.errors import KafkaError
+
+# MemberState ids as in Kafka's records
+STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS, UNKNOWN = 0, 1, 2, 127
+MEMBER_STATE_NAMES = {STABLE: "STABLE", UNREVOKED_PARTITIONS: "UNREVOKED_PARTITIONS",
+                      UNRELEASED_PARTITIONS: "UNRELEASED_PARTITIONS", UNKNOWN: "UNKNOWN"}
+LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+# Group states (ConsumerGroupState)
+EMPTY, ASSIGNING, RECONCILING, GROUP_STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+Owned = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignment:
+    """A member's reconciliation state (ConsumerGroupCurrentMemberAssignmentValue)."""
+    epoch: int = 0
+    previous_epoch: int = 0
+    state: int = STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    subscribed_names: tuple[str, ...] = ()
+    subscribed_regex: str | None = None
+    current: CurrentAssignment = field(default_factory=CurrentAssignment)
+    session_deadline_ms: int = 0
+    revocation_deadline: tuple[int, int] | None = None  # (deadline, epoch it must leave by then)
+
+    @property
+    def epoch(self) -> int:
+        return self.current.epoch
+
+    def metadata_signature(self) -> tuple:
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.rebalance_timeout_ms,
+                self.server_assignor, self.subscribed_names, self.subscribed_regex)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One ConsumerGroupHeartbeat, validated (see `validate_heartbeat`)."""
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_names: tuple[str, ...] | None = None
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Owned | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    session_timeout_ms: int = 45000
+    max_size: int = 2**31 - 1
+    assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+
+
+@dataclass(slots=True)
+class HeartbeatReply:
+    member_id: str
+    member_epoch: int
+    assignment: Assignment | None  # None: not sent (unchanged)
+
+
+def _sorted_assignment(a: Mapping[uuid.UUID, frozenset[int]]) -> tuple:
+    return tuple(sorted((str(t), tuple(sorted(ps))) for t, ps in a.items() if ps))
+
+
+def next_current_assignment(member: CurrentAssignment, target_epoch: int, target: Assignment,
+                            owner_epoch: Callable[[uuid.UUID, int], int], owned: Owned | None) -> CurrentAssignment:
+    """Kafka's CurrentAssignmentBuilder: the member's next state towards the target. `owner_epoch`
+    gives the epoch of a partition's current owner (-1 if free); `owned` is what the member
+    reports owning (None when the heartbeat omitted it)."""
+    def owns_any(pending: Assignment) -> bool:
+        if owned is None:
+            return True
+        return any(p in pending.get(tid, ()) for tid, parts in owned for p in parts)
+
+    def compute(epoch: int) -> CurrentAssignment:
+        unreleased = False
+        assigned: dict[uuid.UUID, frozenset[int]] = {}
+        revoking: dict[uuid.UUID, frozenset[int]] = {}
+        adding: dict[uuid.UUID, frozenset[int]] = {}
+        for tid in set(target) | set(member.assigned):
+            want = target.get(tid, frozenset())
+            have = member.assigned.get(tid, frozenset())
+            keep = have & want
+            gone = have - keep
+            new = want - keep
+            free = frozenset(p for p in new if owner_epoch(tid, p) == -1)
+            unreleased = unreleased or free != new
+            if keep:
+                assigned[tid] = keep
+            if gone:
+                revoking[tid] = gone
+            if free:
+                adding[tid] = free
+        if revoking and owns_any(revoking):
+            # Stay at the current epoch until the member reports it gave these up.
+            return CurrentAssignment(epoch, member.epoch, UNREVOKED_PARTITIONS, assigned, revoking)
+        for tid, ps in adding.items():
+            assigned[tid] = assigned.get(tid, frozenset()) | ps
+        state = UNRELEASED_PARTITIONS if unreleased else STABLE
+        return CurrentAssignment(target_epoch, member.epoch, state, assigned, {})
+
+    if member.state == STABLE:
+        return member if member.epoch == target_epoch else compute(member.epoch)
+    if member.state == UNREVOKED_PARTITIONS:
+        if owns_any(member.pending_revocation):
+            return member
+        return compute(member.epoch + 1)
+    if member.state == UNRELEASED_PARTITIONS:
+        return compute(member.epoch)
+    if owned is None or owned:
+        raise KafkaError(ErrorCode.fenced_member_epoch, "The consumer group member is in a unknown state. "
+                         "The member must abandon all its partitions and rejoin.")
+    return compute(target_epoch)
+
+
+def _same(a: CurrentAssignment, b: CurrentAssignment) -> bool:
+    return (a.epoch, a.previous_epoch, a.state, _sorted_assignment(a.assigned), _sorted_assignment(a.pending_revocation)) == \
+        (b.epoch, b.previous_epoch, b.state, _sorted_assignment(b.assigned), _sorted_assignment(b.pending_revocation))
+
+
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    """Kafka resolves RE2/J patterns; Python's `re` with a full match serves the common syntax."""
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise KafkaError(ErrorCode.invalid_regular_expression,
+                         f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {exc}.") from None
+
+
+class ConsumerGroup:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.target: dict[str, Assignment] = {}
+        self.owners: dict[tuple[uuid.UUID, int], int] = {}  # partition -> epoch of its owner
+        self.resolved: dict[str, tuple[str, ...]] = {}  # regex -> matching topic names
+        self.metadata_signature: tuple = ()
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        if not self.members:
+            return EMPTY
+        if self.epoch > self.assignment_epoch:
+            return ASSIGNING
+        if any(m.current.state != STABLE or m.epoch != self.assignment_epoch for m in self.members.values()):
+            return RECONCILING
+        return GROUP_STABLE
+
+    def member_topics(self, m: ConsumerMember) -> frozenset[str]:
+        names = set(m.subscribed_names)
+        if m.subscribed_regex is not None:
+            names.update(self.resolved.get(m.subscribed_regex, ()))
+        return frozenset(names)
+
+    def subscribed_topic_names(self) -> set[str]:
+        return {t for m in self.members.values() for t in self.member_topics(m)}
+
+    def preferred_assignor(self, default: str) -> str:
+        """The server assignor most members ask for (Kafka counts them), else the default."""
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            if m.server_assignor is not None:
+                counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
+        if not counts:
+            return default
+        return max(sorted(counts), key=lambda a: counts[a])
+
+    def owner_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        return self.owners.get((topic_id, partition), -1)
+
+    def _signature(self, topics: Mapping[str, TopicInfo]) -> tuple:
+        return tuple(sorted((n, str(topics[n].topic_id), topics[n].partitions)
+                            for n in self.subscribed_topic_names() if n in topics))
+
+    # -- ownership bookkeeping -------------------------------------------------------------------
+
+    def _release(self, m: ConsumerMember) -> None:
+        for a in (m.current.assigned, m.current.pending_revocation):
+            for tid, parts in a.items():
+                for p in parts:
+                    if self.owners.get((tid, p)) == m.current.epoch:
+                        del self.owners[(tid, p)]
+
+    def _claim(self, m: ConsumerMember) -> None:
+        for a in (m.current.assigned, m.current.pending_revocation):
+            for tid, parts in a.items():
+                for p in parts:
+                    self.owners[(tid, p)] = m.current.epoch
+
+    def set_current(self, m: ConsumerMember, current: CurrentAssignment) -> None:
+        self._release(m)
+        m.current = current
+        self._claim(m)
+
+    def add_member(self, m: ConsumerMember) -> None:
+        self.members[m.member_id] = m
+        if m.instance_id is not None:
+            self.static_members[m.instance_id] = m.member_id
+        self._claim(m)
+
+    def remove_member(self, member_id: str) -> ConsumerMember | None:
+        m = self.members.pop(member_id, None)
+        if m is None:
+            return None
+        self._release(m)
+        self.target.pop(member_id, None)
+        if m.instance_id is not None and self.static_members.get(m.instance_id) == member_id:
+            del self.static_members[m.instance_id]
+        return m
+
+    def fence(self, member_id: str, topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+        """Remove a member (leave, session or rebalance timeout) and bump the group epoch."""
+        if self.remove_member(member_id) is None:
+            return
+        self.refresh(topics, default_assignor, bump=True)
+
+    # -- heartbeat -------------------------------------------------------------------------------
+
+    def _member_for(self, hb: Heartbeat, settings: ConsumerSettings) -> tuple[ConsumerMember, ConsumerMember | None]:
+        """(the member to update, the static member it replaces); raises Kafka's errors."""
+        joining = hb.member_epoch == 0
+        if len(self.members) >= settings.max_size and (not hb.member_id or hb.member_id not in self.members):
+            raise KafkaError(ErrorCode.group_max_size_reached, "The consumer group has reached its maximum capacity of "
+                             f"{settings.max_size} members.")
+        if hb.instance_id is None:
+            member = self.members.get(hb.member_id)
+            if member is None:
+                if not joining:
+                    raise KafkaError(ErrorCode.unknown_member_id,
+                                     f"Member {hb.member_id} is not a member of group {self.group_id}.")
+                return ConsumerMember(hb.member_id), None
+            _check_epoch(member, hb)
+            return member, None
+        existing_id = self.static_members.get(hb.instance_id)
+        existing = self.members.get(existing_id) if existing_id is not None else None
+        if joining:
+            if existing is None:
+                return self.members.get(hb.member_id) or ConsumerMember(hb.member_id), None
+            if existing.member_id == hb.member_id:
+                _check_epoch(existing, hb)
+                return existing, None
+            if existing.epoch != STATIC_LEAVE_EPOCH:
+                raise KafkaError(ErrorCode.unreleased_instance_id,
+                                 f"Static member {hb.member_id} with instance id {hb.instance_id} cannot join the "
+                                 f"group because the instance id is owned by {existing.member_id} member.")
+            # Take over the departed static member: its assignment, at epoch 0.
+            replacement = replace(existing, member_id=hb.member_id,
+                                  current=replace(existing.current, epoch=0, previous_epoch=0))
+            return replacement, existing
+        if existing is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.")
+        if existing.member_id != hb.member_id:
+            raise KafkaError(ErrorCode.fenced_instance_id,
+                             f"Static member {hb.member_id} with instance id {hb.instance_id} was fenced by member "
+                             f"{existing.member_id}.")
+        _check_epoch(existing, hb)
+        return existing, None
+
+    def heartbeat(self, hb: Heartbeat, topics: Mapping[str, TopicInfo], now_ms: int,
+                  settings: ConsumerSettings) -> HeartbeatReply:
+        """Apply one heartbeat (join, beat or leave) and answer it."""
+        if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self.leave(hb, topics, settings.assignors[0])
+        member, replaced = self._member_for(hb, settings)
+        before = member.current
+        if hb.instance_id is not None:
+            member.instance_id = hb.instance_id
+        if hb.rack_id is not None:
+            member.rack_id = hb.rack_id
+        if hb.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = hb.rebalance_timeout_ms
+        if hb.server_assignor is not None:
+            member.server_assignor = hb.server_assignor
+        member.client_id, member.client_host = hb.client_id, hb.client_host
+        # Only a subscription change bumps the group epoch (Kafka's hasMemberSubscriptionChanged);
+        # topic metadata changes are caught by `refresh`.
+        bump = False
+        if hb.subscribed_names is not None and tuple(hb.subscribed_names) != member.subscribed_names:
+            member.subscribed_names = tuple(hb.subscribed_names)
+            bump = True
+        if hb.subscribed_regex is not None and (hb.subscribed_regex or None) != member.subscribed_regex:
+            member.subscribed_regex = hb.subscribed_regex or None
+            bump = True
+        if replaced is not None:
+            target = self.target.pop(replaced.member_id, None)
+            self.remove_member(replaced.member_id)
+            self.target[member.member_id] = target if target is not None else dict(member.current.assigned)
+        if member.member_id not in self.members:
+            self.add_member(member)
+        self.refresh(topics, settings.assignors[0], bump=bump)
+        self.reconcile(member, hb.owned)
+        member.session_deadline_ms = now_ms + settings.session_timeout_ms
+        full = hb.member_epoch == 0 or (hb.rebalance_timeout_ms != -1 and hb.subscribed_names is not None
+                                        and hb.owned is not None)
+        send = full or _sorted_assignment(before.assigned) != _sorted_assignment(member.current.assigned)
+        return HeartbeatReply(member.member_id, member.epoch, dict(member.current.assigned) if send else None)
+
+    def reconcile(self, member: ConsumerMember, owned: Owned | None) -> None:
+        target = self.target.get(member.member_id, {})
+        current = next_current_assignment(member.current, self.assignment_epoch, target, self.owner_epoch, owned)
+        if current is member.current or _same(current, member.current):
+            return
+        self.set_current(member, current)
+        if current.state == UNREVOKED_PARTITIONS:
+            if member.revocation_deadline is None or member.revocation_deadline[1] != current.epoch:
+                member.revocation_deadline = (-1, current.epoch)  # armed by the caller, who knows the time
+        else:
+            member.revocation_deadline = None
+
+    def arm_revocation_timers(self, now_ms: int) -> None:
+        for m in self.members.values():
+            if m.revocation_deadline is not None and m.revocation_deadline[0] == -1:
+                m.revocation_deadline = (now_ms + max(m.rebalance_timeout_ms, 0), m.revocation_deadline[1])
+
+    def leave(self, hb: Heartbeat, topics: Mapping[str, TopicInfo], default_assignor: str) -> HeartbeatReply:
+        if hb.instance_id is None:
+            if hb.member_id not in self.members:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {hb.member_id} is not a member of group {self.group_id}.")
+            self.fence(hb.member_id, topics, default_assignor)
+            return HeartbeatReply(hb.member_id, hb.member_epoch, None)
+        existing_id = self.static_members.get(hb.instance_id)
+        if existing_id is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.")
+        if existing_id != hb.member_id:
+            raise KafkaError(ErrorCode.fenced_instance_id,
+                             f"Static member {hb.member_id} with instance id {hb.instance_id} was fenced by member "
+                             f"{existing_id}.")
+        if hb.member_epoch == STATIC_LEAVE_EPOCH:
+            # A temporary leave: the member keeps its assignment until its session expires.
+            m = self.members[existing_id]
+            self.set_current(m, replace(m.current, epoch=STATIC_LEAVE_EPOCH, pending_revocation={}))
+            m.revocation_deadline = None
+            return HeartbeatReply(existing_id, STATIC_LEAVE_EPOCH, None)
+        self.fence(existing_id, topics, default_assignor)
+        return HeartbeatReply(hb.member_id, hb.member_epoch, None)
+
+    # -- metadata and target assignment ----------------------------------------------------------
+
+    def resolve_regexes(self, topics: Mapping[str, TopicInfo]) -> bool:
+        """Re-resolve every subscribed regex against the topics; True if any resolution changed."""
+        wanted = {m.subscribed_regex for m in self.members.values() if m.subscribed_regex is not None}
+        resolved: dict[str, tuple[str, ...]] = {}
+        for pattern in wanted:
+            try:
+                compiled = compile_regex(pattern)
+            except KafkaError:
+                resolved[pattern] = ()
+                continue
+            resolved[pattern] = tuple(sorted(n for n in topics if n not in INTERNAL_TOPICS and compiled.fullmatch(n)))
+        changed = resolved != self.resolved
+        self.resolved = resolved
+        return changed
+
+    def refresh(self, topics: Mapping[str, TopicInfo], default_assignor: str, *, bump: bool = False) -> bool:
+        """Bump the epoch (once) if asked or if regex resolutions or subscribed topics' metadata
+        changed, and recompute the target assignment if it is behind the group epoch. True if
+        anything moved."""
+        before = (self.epoch, self.assignment_epoch)
+        self.resolve_regexes(topics)
+        signature = self._signature(topics)
+        if signature != self.metadata_signature:
+            self.metadata_signature = signature
+            bump = True
+        if bump:
+            self.epoch += 1
+        if self.epoch > self.assignment_epoch:
+            self._compute_target(topics, default_assignor)
+        return (self.epoch, self.assignment_epoch) != before
+
+    def _compute_target(self, topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+        subs = [MemberSubscription(m.member_id, m.instance_id, self.member_topics(m)) for m in self.members.values()]
+        result = assign(self.preferred_assignor(default_assignor), subs, topics, self.target)
+        self.target = {m: result.get(m, {}) for m in self.members}
+        self.assignment_epoch = self.epoch
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    def expired(self, now_ms: int) -> list[tuple[str, str]]:
+        """(member id, reason) of members whose session or revocation deadline passed."""
+        out = []
+        for m in self.members.values():
+            if m.session_deadline_ms <= now_ms:
+                out.append((m.member_id, "session timeout"))
+            elif (m.revocation_deadline is not None and m.revocation_deadline[0] >= 0
+                  and m.revocation_deadline[0] <= now_ms and m.current.epoch == m.revocation_deadline[1]
+                  and m.current.state == UNREVOKED_PARTITIONS):
+                out.append((m.member_id, "rebalance timeout"))
+        return out
+
+
+def _check_epoch(member: ConsumerMember, hb: Heartbeat) -> None:
+    """Kafka's throwIfConsumerGroupMemberEpochIsInvalid."""
+    received, current = hb.member_epoch, member.epoch
+    if received > current:
+        raise KafkaError(ErrorCode.fenced_member_epoch,
+                         f"The consumer group member has a greater member epoch ({received}) than the one known by "
+                         f"the group coordinator ({current}). The member must abandon all its partitions and rejoin.")
+    if received < current:
+        subset = hb.owned is not None and all(
+            p in member.current.assigned.get(tid, ()) for tid, parts in hb.owned for p in parts)
+        if received != member.current.previous_epoch or not subset:
+            raise KafkaError(ErrorCode.fenced_member_epoch,
+                             f"The consumer group member has a smaller member epoch ({received}) than the one known "
+                             f"by the group coordinator ({current}). The member must abandon all its partitions "
+                             "and rejoin.")
+
+
+def validate_heartbeat(hb: Heartbeat, version: int, group_id: str | None, assignors: tuple[str, ...]) -> None:
+    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (4.x), in its order and words."""
+    def not_empty(value: str | None, message: str) -> None:
+        if value is not None and value.strip() == "":
+            raise KafkaError(ErrorCode.invalid_request, message)
+
+    if version >= 1 or hb.member_epoch > 0 or hb.member_epoch == LEAVE_EPOCH:
+        not_empty(hb.member_id, "MemberId can't be empty.")
+    not_empty(group_id, "GroupId can't be empty.")
+    not_empty(hb.instance_id, "InstanceId can't be empty.")
+    not_empty(hb.rack_id, "RackId can't be empty.")
+    if hb.member_epoch == 0:
+        if hb.rebalance_timeout_ms == -1:
+            raise KafkaError(ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request.")
+        if hb.owned is None or hb.owned:
+            raise KafkaError(ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining.")
+        if hb.subscribed_names is None and hb.subscribed_regex is None:
+            raise KafkaError(ErrorCode.invalid_request, "Either SubscribedTopicNames or SubscribedTopicRegex must be "
+                             "non-null when (re-)joining.")
+    elif hb.member_epoch == STATIC_LEAVE_EPOCH:
+        if hb.instance_id is None:
+            raise KafkaError(ErrorCode.invalid_request, "InstanceId can't be null.")
+    elif hb.member_epoch < STATIC_LEAVE_EPOCH:
+        raise KafkaError(ErrorCode.invalid_request, "MemberEpoch is invalid.")
+    if hb.server_assignor is not None and hb.server_assignor not in assignors:
+        raise KafkaError(ErrorCode.unsupported_assignor, f"ServerAssignor {hb.server_assignor} is not supported. "
+                         f"Supported assignors: {', '.join(assignors)}.")
+    if hb.subscribed_regex is not None and hb.subscribed_regex != "":
+        compile_regex(hb.subscribed_regex)

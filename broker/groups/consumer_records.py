@@ -1,0 +1,175 @@
+"""Kafka's consumer-group (KIP-848) records in `__consumer_offsets` (group-coordinator schemas):
+ConsumerGroupMetadata (3), ConsumerGroupPartitionMetadata (4, no longer written since 4.0: only
+tombstoned), ConsumerGroupMemberMetadata (5), ConsumerGroupTargetAssignmentMetadata (6),
+ConsumerGroupTargetAssignmentMember (7), ConsumerGroupCurrentMemberAssignment (8) and
+ConsumerGroupRegularExpression (16). Keys are an int16 record type followed by the non-flexible
+key fields; values an int16 version (0) followed by the flexible v0 value. A null value is a
+tombstone."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sharebroker.protocol.primitives import Reader, Writer
+
+if TYPE_CHECKING:
+    from sharebroker.broker.groups.consumer_group import ConsumerMember, CurrentAssignment
+    from sharebroker.broker.groups.share_group import Assignment
+
+GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA = 3, 4, 5
+TARGET_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT, REGULAR_EXPRESSION = 6, 7, 8, 16
+RECORD_TYPES = (GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA, TARGET_METADATA, TARGET_MEMBER,
+                CURRENT_ASSIGNMENT, REGULAR_EXPRESSION)
+_MEMBER_KEYED = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
+Record = tuple[bytes, bytes | None]
+
+
+def key(record_type: int, group_id: str, second: str | None = None) -> bytes:
+    w = Writer()
+    w.i16(record_type)
+    w.string(group_id)
+    if second is not None:
+        w.string(second)
+    return bytes(w.out)
+
+
+def _topic_partitions(w: Writer, a: Assignment) -> None:
+    parts = sorted(((t, ps) for t, ps in a.items() if ps), key=lambda kv: str(kv[0]))
+    w.compact_len(len(parts))
+    for tid, ps in parts:
+        w.uuid(tid)
+        w.compact_len(len(ps))
+        for p in sorted(ps):
+            w.i32(p)
+        w.no_tags()
+
+
+def _read_topic_partitions(r: Reader) -> dict[uuid.UUID, frozenset[int]]:
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for _ in range(r.compact_len()):
+        tid = r.uuid()
+        out[tid] = frozenset(r.i32() for _ in range(r.compact_len()))
+        r.skip_tags()
+    return out
+
+
+def group_metadata(group_id: str, epoch: int) -> Record:
+    w = Writer()
+    w.i16(0)
+    w.i32(epoch)
+    w.no_tags()
+    return key(GROUP_METADATA, group_id), bytes(w.out)
+
+
+def member_metadata(group_id: str, m: ConsumerMember) -> Record:
+    w = Writer()
+    w.i16(0)
+    w.compact_str(m.instance_id)
+    w.compact_str(m.rack_id)
+    w.compact_str(m.client_id)
+    w.compact_str(m.client_host)
+    w.compact_len(len(m.subscribed_names))
+    for name in m.subscribed_names:
+        w.compact_str(name)
+    w.compact_str(m.subscribed_regex)
+    w.i32(m.rebalance_timeout_ms)
+    w.compact_str(m.server_assignor)
+    w.no_tags()  # ClassicMemberMetadata (tag 0) is absent: the member uses the consumer protocol
+    return key(MEMBER_METADATA, group_id, m.member_id), bytes(w.out)
+
+
+def target_metadata(group_id: str, assignment_epoch: int) -> Record:
+    w = Writer()
+    w.i16(0)
+    w.i32(assignment_epoch)
+    w.no_tags()
+    return key(TARGET_METADATA, group_id), bytes(w.out)
+
+
+def target_member(group_id: str, member_id: str, a: Assignment) -> Record:
+    w = Writer()
+    w.i16(0)
+    _topic_partitions(w, a)
+    w.no_tags()
+    return key(TARGET_MEMBER, group_id, member_id), bytes(w.out)
+
+
+def current_assignment(group_id: str, member_id: str, c: CurrentAssignment) -> Record:
+    w = Writer()
+    w.i16(0)
+    w.i32(c.epoch)
+    w.i32(c.previous_epoch)
+    w.i8(c.state)
+    _topic_partitions(w, c.assigned)
+    _topic_partitions(w, c.pending_revocation)
+    w.no_tags()
+    return key(CURRENT_ASSIGNMENT, group_id, member_id), bytes(w.out)
+
+
+def regular_expression(group_id: str, regex: str, topics: tuple[str, ...], version: int, timestamp_ms: int) -> Record:
+    w = Writer()
+    w.i16(0)
+    w.compact_len(len(topics))
+    for t in topics:
+        w.compact_str(t)
+    w.i64(version)
+    w.i64(timestamp_ms)
+    w.no_tags()
+    return key(REGULAR_EXPRESSION, group_id, regex), bytes(w.out)
+
+
+def member_tombstones(group_id: str, member_id: str) -> list[Record]:
+    """Kafka's order: current assignment, target assignment, then the member's metadata."""
+    return [(key(CURRENT_ASSIGNMENT, group_id, member_id), None), (key(TARGET_MEMBER, group_id, member_id), None),
+            (key(MEMBER_METADATA, group_id, member_id), None)]
+
+
+def group_tombstones(group_id: str, member_ids: list[str], regexes: list[str]) -> list[Record]:
+    """Kafka's order for a deleted group (ConsumerGroup.createGroupTombstoneRecords)."""
+    out: list[Record] = [(key(CURRENT_ASSIGNMENT, group_id, m), None) for m in member_ids]
+    out += [(key(TARGET_MEMBER, group_id, m), None) for m in member_ids]
+    out.append((key(TARGET_METADATA, group_id), None))
+    out += [(key(MEMBER_METADATA, group_id, m), None) for m in member_ids]
+    out += [(key(REGULAR_EXPRESSION, group_id, r), None) for r in regexes]
+    out.append((key(PARTITION_METADATA, group_id), None))
+    out.append((key(GROUP_METADATA, group_id), None))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    record_type: int
+    group_id: str
+    second: str | None  # member id, or the regex of a regular-expression record
+    fields: dict[str, object] | None  # None for a tombstone
+
+
+def decode(k: bytes, value: bytes | None) -> Decoded:
+    r = Reader(k)
+    record_type = r.i16()
+    group_id = r.string() or ""
+    second = r.string() or "" if record_type in _MEMBER_KEYED or record_type == REGULAR_EXPRESSION else None
+    if value is None:
+        return Decoded(record_type, group_id, second, None)
+    v = Reader(value, 2)
+    fields: dict[str, object] = {}
+    if record_type == GROUP_METADATA:
+        fields["epoch"] = v.i32()
+    elif record_type == MEMBER_METADATA:
+        fields.update(instance_id=v.compact_str(), rack_id=v.compact_str(), client_id=v.compact_str() or "",
+                      client_host=v.compact_str() or "")
+        fields["subscribed_names"] = tuple(s or "" for s in (v.compact_str() for _ in range(v.compact_len())))
+        fields.update(subscribed_regex=v.compact_str(), rebalance_timeout_ms=v.i32(), server_assignor=v.compact_str())
+    elif record_type == TARGET_METADATA:
+        fields["assignment_epoch"] = v.i32()
+    elif record_type == TARGET_MEMBER:
+        fields["assignment"] = _read_topic_partitions(v)
+    elif record_type == CURRENT_ASSIGNMENT:
+        fields.update(epoch=v.i32(), previous_epoch=v.i32(), state=v.i8())
+        fields["assigned"] = _read_topic_partitions(v)
+        fields["pending_revocation"] = _read_topic_partitions(v)
+    elif record_type == REGULAR_EXPRESSION:
+        fields["topics"] = tuple(s or "" for s in (v.compact_str() for _ in range(v.compact_len())))
+    return Decoded(record_type, group_id, second, fields)

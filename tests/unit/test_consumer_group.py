@@ -1,0 +1,182 @@
+"""The KIP-848 consumer group as a pure state machine: the assignors, Kafka's CurrentAssignmentBuilder
+states (STABLE / UNREVOKED_PARTITIONS / UNRELEASED_PARTITIONS), revocation before reassignment,
+static membership, request validation and the records' round trip."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from sharebroker.broker.groups import consumer_records as rec
+from sharebroker.broker.groups.assignors import MemberSubscription, assign
+from sharebroker.broker.groups.consumer_group import (
+    STABLE,
+    UNRELEASED_PARTITIONS,
+    UNREVOKED_PARTITIONS,
+    ConsumerGroup,
+    ConsumerMember,
+    ConsumerSettings,
+    CurrentAssignment,
+    Heartbeat,
+    next_current_assignment,
+    validate_heartbeat,
+)
+from sharebroker.broker.groups.share_group import TopicInfo
+from sharebroker.protocol.errors import KafkaError
+
+T1, T2 = uuid.uuid4(), uuid.uuid4()
+TOPICS = {"a": TopicInfo("a", T1, 6), "b": TopicInfo("b", T2, 3)}
+SETTINGS = ConsumerSettings(session_timeout_ms=1000)
+
+
+def partitions(result: dict, member: str) -> set[tuple[uuid.UUID, int]]:
+    return {(t, p) for t, ps in result.get(member, {}).items() for p in ps}
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_assignors_cover_every_partition_once_and_balance(assignor: str) -> None:
+    members = [MemberSubscription(f"m{i}", None, frozenset({"a", "b"})) for i in range(4)]
+    result = assign(assignor, members, TOPICS, {})
+    owned = [partitions(result, m.member_id) for m in members]
+    every = set().union(*owned)
+    assert every == {(T1, p) for p in range(6)} | {(T2, p) for p in range(3)}
+    assert sum(len(o) for o in owned) == 9
+    if assignor == "uniform":
+        assert max(map(len, owned)) - min(map(len, owned)) <= 1
+
+
+def test_range_assigns_consecutive_ranges_per_topic() -> None:
+    members = [MemberSubscription("m1", None, frozenset({"a"})), MemberSubscription("m0", None, frozenset({"a"}))]
+    result = assign("range", members, TOPICS, {})
+    assert result["m0"] == {T1: frozenset({0, 1, 2})} and result["m1"] == {T1: frozenset({3, 4, 5})}
+
+
+def test_uniform_is_sticky_and_respects_subscriptions() -> None:
+    members = [MemberSubscription("m0", None, frozenset({"a"})), MemberSubscription("m1", None, frozenset({"a"}))]
+    first = assign("uniform", members, TOPICS, {})
+    members.append(MemberSubscription("m2", None, frozenset({"a"})))
+    second = assign("uniform", members, TOPICS, first)
+    for m in ("m0", "m1"):
+        assert partitions(second, m) <= partitions(first, m)  # nobody gets what it did not have
+    assert all(len(partitions(second, m)) == 2 for m in ("m0", "m1", "m2"))
+    mixed = [MemberSubscription("x", None, frozenset({"a"})), MemberSubscription("y", None, frozenset({"b"}))]
+    result = assign("uniform", mixed, TOPICS, {})
+    assert set(result["x"]) == {T1} and set(result["y"]) == {T2}
+
+
+def test_revocation_before_reassignment() -> None:
+    free = lambda t, p: -1  # noqa: E731
+    owned_by_other = lambda t, p: 3  # noqa: E731
+    member = CurrentAssignment(3, 2, STABLE, {T1: frozenset({0, 1})}, {})
+    # Target takes 1 away: the member stays at epoch 3 until it reports it released it.
+    nxt = next_current_assignment(member, 4, {T1: frozenset({0})}, free, ((T1, (0, 1)),))
+    assert (nxt.state, nxt.epoch, nxt.assigned, nxt.pending_revocation) == (
+        UNREVOKED_PARTITIONS, 3, {T1: frozenset({0})}, {T1: frozenset({1})})
+    assert next_current_assignment(nxt, 4, {T1: frozenset({0})}, free, ((T1, (0, 1)),)) is nxt
+    done = next_current_assignment(nxt, 4, {T1: frozenset({0})}, free, ((T1, (0,)),))
+    assert (done.state, done.epoch, done.previous_epoch) == (STABLE, 4, 3)
+    # A partition still owned elsewhere is withheld: UNRELEASED_PARTITIONS until it is free.
+    waiting = next_current_assignment(done, 5, {T1: frozenset({0, 2})}, owned_by_other, ((T1, (0,)),))
+    assert (waiting.state, waiting.epoch, waiting.assigned) == (UNRELEASED_PARTITIONS, 5, {T1: frozenset({0})})
+    got = next_current_assignment(waiting, 5, {T1: frozenset({0, 2})}, free, ((T1, (0,)),))
+    assert (got.state, got.assigned) == (STABLE, {T1: frozenset({0, 2})})
+
+
+def join(group: ConsumerGroup, member_id: str, now: int = 0, **kw: object) -> object:
+    hb = Heartbeat(member_id=member_id, member_epoch=0, rebalance_timeout_ms=1000, subscribed_names=("a",), owned=(),
+                   **kw)  # type: ignore[arg-type]
+    return group.heartbeat(hb, TOPICS, now, SETTINGS)
+
+
+def test_group_moves_partitions_only_after_revocation() -> None:
+    g = ConsumerGroup("g")
+    r1 = join(g, "m1")
+    assert r1.member_epoch == 1 and sum(len(p) for p in r1.assignment.values()) == 6  # type: ignore[attr-defined]
+    r2 = join(g, "m2")
+    assert r2.member_epoch == 2 and r2.assignment == {}  # type: ignore[attr-defined]
+    assert g.state == "Reconciling"
+    owned = tuple((t, tuple(sorted(ps))) for t, ps in g.members["m1"].current.assigned.items())
+    r1 = g.heartbeat(Heartbeat("m1", 1, owned=owned), TOPICS, 1, SETTINGS)
+    assert r1.member_epoch == 1 and g.members["m1"].current.state == UNREVOKED_PARTITIONS
+    kept = tuple((t, tuple(sorted(ps))) for t, ps in r1.assignment.items())  # type: ignore[union-attr]
+    r1 = g.heartbeat(Heartbeat("m1", 1, owned=kept), TOPICS, 2, SETTINGS)
+    assert r1.member_epoch == 2
+    r2 = g.heartbeat(Heartbeat("m2", 2, owned=()), TOPICS, 3, SETTINGS)
+    assert sum(len(p) for p in r2.assignment.values()) == 3  # type: ignore[union-attr]
+    assert g.state == "Stable"
+
+
+def test_epoch_fencing_and_unknown_members() -> None:
+    g = ConsumerGroup("g")
+    join(g, "m1")
+    with pytest.raises(KafkaError) as e:
+        g.heartbeat(Heartbeat("m1", 5, owned=()), TOPICS, 1, SETTINGS)
+    assert e.value.code == ErrorCode.fenced_member_epoch
+    with pytest.raises(KafkaError) as e:
+        g.heartbeat(Heartbeat("nobody", 1), TOPICS, 1, SETTINGS)
+    assert e.value.code == ErrorCode.unknown_member_id
+    with pytest.raises(KafkaError) as e:
+        join(g, "m2", 0) if False else g.heartbeat(
+            Heartbeat("m9", 0, rebalance_timeout_ms=1, subscribed_names=("a",), owned=()), TOPICS, 0,
+            ConsumerSettings(max_size=1))
+    assert e.value.code == ErrorCode.group_max_size_reached
+
+
+def test_static_member_rejoins_with_its_assignment() -> None:
+    g = ConsumerGroup("g")
+    join(g, "m1", instance_id="i1")
+    before = dict(g.members["m1"].current.assigned)
+    with pytest.raises(KafkaError) as e:
+        join(g, "m2", instance_id="i1")
+    assert e.value.code == ErrorCode.unreleased_instance_id
+    g.heartbeat(Heartbeat("m1", -2, instance_id="i1"), TOPICS, 1, SETTINGS)
+    assert g.members["m1"].epoch == -2
+    reply = join(g, "m2", instance_id="i1")
+    assert "m1" not in g.members and reply.assignment == before  # type: ignore[attr-defined]
+    with pytest.raises(KafkaError) as e:
+        g.heartbeat(Heartbeat("m1", 1, instance_id="i1"), TOPICS, 2, SETTINGS)
+    assert e.value.code == ErrorCode.fenced_instance_id
+
+
+def test_session_timeout_fences() -> None:
+    g = ConsumerGroup("g")
+    join(g, "m1", now=0)
+    assert g.expired(999) == [] and g.expired(1000) == [("m1", "session timeout")]
+    g.fence("m1", TOPICS, "uniform")
+    assert g.state == "Empty" and not g.owners
+
+
+@pytest.mark.parametrize(("hb", "version", "message"), [
+    (Heartbeat("", 0, rebalance_timeout_ms=1, subscribed_names=("a",), owned=()), 1, "MemberId can't be empty."),
+    (Heartbeat("m", 0, subscribed_names=("a",), owned=()), 1, "RebalanceTimeoutMs must be provided in first request."),
+    (Heartbeat("m", 0, rebalance_timeout_ms=1, subscribed_names=("a",), owned=((T1, (0,)),)), 1,
+     "TopicPartitions must be empty when (re-)joining."),
+    (Heartbeat("m", 0, rebalance_timeout_ms=1, owned=()), 1,
+     "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."),
+    (Heartbeat("m", -2), 1, "InstanceId can't be null."),
+    (Heartbeat("m", -3), 1, "MemberEpoch is invalid."),
+])
+def test_validation_messages(hb: Heartbeat, version: int, message: str) -> None:
+    with pytest.raises(KafkaError) as e:
+        validate_heartbeat(hb, version, "g", ("uniform", "range"))
+    assert (e.value.code, e.value.message) == (ErrorCode.invalid_request, message)
+    validate_heartbeat(Heartbeat("", 0, rebalance_timeout_ms=1, subscribed_names=("a",), owned=()), 0, "g", ("uniform",))
+
+
+def test_records_round_trip() -> None:
+    m = ConsumerMember("m1", instance_id="i", rack_id=None, client_id="c", client_host="/h", rebalance_timeout_ms=5,
+                       server_assignor="range", subscribed_names=("a", "b"), subscribed_regex="x.*")
+    d = rec.decode(*rec.member_metadata("g", m))
+    assert (d.record_type, d.group_id, d.second) == (rec.MEMBER_METADATA, "g", "m1")
+    assert d.fields == {"instance_id": "i", "rack_id": None, "client_id": "c", "client_host": "/h",
+                        "subscribed_names": ("a", "b"), "subscribed_regex": "x.*", "rebalance_timeout_ms": 5,
+                        "server_assignor": "range"}
+    c = CurrentAssignment(4, 3, UNREVOKED_PARTITIONS, {T1: frozenset({1})}, {T2: frozenset({0, 2})})
+    assert rec.decode(*rec.current_assignment("g", "m1", c)).fields == {
+        "epoch": 4, "previous_epoch": 3, "state": 1, "assigned": {T1: frozenset({1})},
+        "pending_revocation": {T2: frozenset({0, 2})}}
+    assert rec.decode(*rec.group_metadata("g", 7)).fields == {"epoch": 7}
+    assert rec.decode(*rec.regular_expression("g", "t.*", ("ta",), 1, 2)).fields == {"topics": ("ta",)}
+    assert rec.decode(rec.key(rec.TARGET_MEMBER, "g", "m1"), None).fields is None
