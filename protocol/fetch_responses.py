@@ -51,6 +51,8 @@ _SNAPSHOT = struct.Struct(">qib")  # end offset, epoch, no tags
 _ACQUIRED = struct.Struct(">qqhb")  # first, last, delivery count, no tags
 _ZERO_UUID = bytes(16)
 _UNSET = (-1, -1)  # the default of Fetch's tagged pairs: equal to it, the tag is not written
+_NULL_RECORDS = _I32.pack(-1)
+_EMPTY_RECORDS = _I32.pack(0)
 
 
 @dataclass(slots=True)
@@ -233,14 +235,18 @@ def encode_fetch_response(correlation_id: int, version: int, topics: Sequence[Fe
             if with_replica:
                 out += _I32.pack(p.preferred_read_replica)
             records = p.records
-            n = _records_length(records, flexible)
-            if flexible:
-                write_uvarint(out, n)
-            else:
-                out += _I32.pack(n)
-            if records is not None:
+            if records:  # bytes, or a view of them, travel as they are
+                n = _records_length(records, flexible)
+                if flexible:
+                    write_uvarint(out, n)
+                else:
+                    out += _I32.pack(n)
                 frame.records(records)
                 out = frame.out
+            elif flexible:
+                out.append(0 if records is None else 1)  # null, or empty: compact length + 1
+            else:
+                out += _NULL_RECORDS if records is None else _EMPTY_RECORDS
             if flexible:
                 diverging, leader, snapshot = p.diverging_epoch, p.current_leader, p.snapshot_id
                 if diverging == _UNSET and leader == _UNSET and snapshot == _UNSET:
