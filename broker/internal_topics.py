@@ -15,7 +15,14 @@ from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.replay import replay_batches
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.errors import ErrorCode, KafkaError
-from sharebroker.protocol.record_batch import encode_batch, iter_records, parse_batches
+from sharebroker.protocol.record_batch import (
+    COMMIT_MARKER,
+    InvalidRecordError,
+    encode_batch,
+    iter_records,
+    parse_batches,
+    read_marker,
+)
 from sharebroker.storage import PartitionLog
 
 if TYPE_CHECKING:
@@ -39,7 +46,8 @@ class InternalLog(Protocol):
 
     def ensure(self, name: str, partitions: int, segment_bytes: int) -> Topic: ...
 
-    async def append(self, partition: Partition, records: list[tuple[bytes, bytes | None]]) -> int: ...
+    async def append(self, partition: Partition, records: list[tuple[bytes, bytes | None]], *,
+                     transaction: tuple[int, int] | None = None) -> int: ...
 
 
 class InternalTopics:
@@ -61,15 +69,26 @@ class InternalTopics:
                 "segment.bytes": str(segment_bytes)}, now_ms())
         return topic
 
-    async def append(self, partition: Partition, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append records as one batch; return the first offset once the flush policy is met."""
-        buf = encode_batch(records, timestamp_ms=now_ms())
+    async def append(self, partition: Partition, records: list[tuple[bytes, bytes | None]], *,
+                     transaction: tuple[int, int] | None = None) -> int:
+        """Append records as one batch; return the first offset once the flush policy is met.
+        With `transaction` (producer id, epoch) the batch is transactional: it counts only once
+        that producer's commit marker follows it (TxnOffsetCommit's offsets)."""
+        now = now_ms()
+        if transaction is None:
+            buf = encode_batch(records, timestamp_ms=now)
+        else:
+            buf = encode_batch(records, timestamp_ms=now, producer_id=transaction[0], producer_epoch=transaction[1],
+                               transactional=True)
         name = f"{partition.topic.name}-{partition.index}"
         try:
             result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
-                                          leader_epoch=partition.leader_epoch, now_ms=now_ms())
+                                          leader_epoch=partition.leader_epoch, now_ms=now)
         except OSError as exc:
             raise KafkaError(ErrorCode.not_coordinator, f"Could not append to {name}: {exc.strerror or exc}") from exc
+        if transaction is not None:
+            partition.producers.record(transaction[0], transaction[1], -1, -1, result.first_offset,
+                                       result.last_offset, now, transactional=True)
         if result.rolled:
             self._durability.segment_rolled(partition)
         flushed = self._durability.after_append(partition, wait=True)
@@ -81,12 +100,30 @@ class InternalTopics:
         return result.first_offset
 
 
-def read_records(plog: PartitionLog) -> Iterator[tuple[int, bytes, bytes | None]]:
-    """(offset, key, value) of every keyed record from the log start to the end."""
+def read_records(plog: PartitionLog, *, open_transactions: dict[int, list[tuple[int, bytes, bytes | None]]] | None = None,
+                 ) -> Iterator[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of every keyed record from the log start to the end, in the order
+    they take effect: a transactional batch's records when its producer's commit marker comes
+    (none if it aborts). Records of transactions still open at the end are left in
+    `open_transactions` (producer id -> records) when given."""
     start = plog.log_start_offset
+    pending: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
     for data, h in replay_batches(plog, start, plog.high_watermark, what="internal topic"):
+        batch = memoryview(data)[h.position:h.position + h.size]
         if h.is_control:
-            continue  # a transaction marker (AddOffsetsToTxn put the partition in a transaction)
-        for off, key, value in iter_records(memoryview(data)[h.position:h.position + h.size]):
-            if off >= start and key is not None:
-                yield off, key, value
+            try:
+                kind, _epoch = read_marker(batch)
+            except InvalidRecordError:
+                continue
+            held = pending.pop(h.producer_id, [])
+            if kind == COMMIT_MARKER:
+                yield from held
+            continue
+        records = [(off, key, value) for off, key, value in iter_records(batch) if off >= start and key is not None]
+        if h.is_transactional:
+            pending.setdefault(h.producer_id, []).extend(records)
+        else:
+            yield from records
+    if open_transactions is not None:
+        for pid, held in pending.items():
+            open_transactions.setdefault(pid, []).extend(held)

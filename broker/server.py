@@ -59,6 +59,7 @@ class Broker:
                                                         group_configs=self.share_groups.config,
                                                         classic=self.classic_groups)
         self.transactions = TransactionCoordinator(config, self.topics, internal, self, self.next_producer_id)
+        self.transactions.listeners.append(self.classic_groups)  # TxnOffsetCommit offsets end with the markers
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
                                      max_sessions=config["group.share.max.share.sessions"])
         self.share_groups.leaders = self.share

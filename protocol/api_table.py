@@ -31,6 +31,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     25: (0, 4),    # AddOffsetsToTxn
     26: (0, 4),    # EndTxn (v5 is transaction version 2)
     27: (1, 1),    # WriteTxnMarkers (what kafka-transactions.sh abort sends)
+    28: (0, 5),    # TxnOffsetCommit
     29: (1, 3),    # DescribeAcls (SECURITY_DISABLED: no authorizer)
     30: (1, 3),    # CreateAcls
     31: (1, 3),    # DeleteAcls

@@ -75,8 +75,8 @@ def _list_offsets_errors(req: DecodedRequest, code: ErrorCode, message: str) -> 
 
 def _offset_commit_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                        for p in t.partitions]}
+        {"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None),
+         "partitions": [{"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
         for t in req.body.topics]}
 
 

@@ -32,12 +32,13 @@ from sharebroker.broker.groups.classic_group import (
     MetadataWrite,
     SyncResult,
 )
+from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
 from sharebroker.broker.structured_log import get_logger
 
 if TYPE_CHECKING:
     from sharebroker.broker.groups.directory import GroupDirectory
     from sharebroker.broker.groups.group_log import GroupLog
-    from sharebroker.broker.topics import Topics
+    from sharebroker.broker.topics import Partition, Topics
     from sharebroker.config import BrokerConfig
 
 log = get_logger("sharebroker.groups")
@@ -57,6 +58,8 @@ class ClassicGroupCoordinator:
         self.directory = groups
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], crec.CommittedOffset]] = {}
+        # TxnOffsetCommit offsets waiting for their transaction's end: producer id -> group -> offsets
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], crec.CommittedOffset]]] = {}
         self._persisted: dict[str, bytes] = {}  # group id -> last GroupMetadata value appended
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -96,7 +99,8 @@ class ClassicGroupCoordinator:
     def load(self) -> None:
         """Rebuild groups and committed offsets by replaying `__consumer_offsets`."""
         self.group_log.register(self._restate)
-        self.group_log.replay({t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)})
+        self.group_log.replay({t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)},
+                              open_transactions=self._replay_pending)
         for group_id, committed in list(self.offsets.items()):
             if group_id in self.groups:
                 continue
@@ -132,6 +136,16 @@ class ClassicGroupCoordinator:
             self._persisted[group_id] = value
         except (ValueError, AssertionError, IndexError) as exc:
             log.warning("unreadable classic group record skipped", error=str(exc), key=key.hex()[:80])
+
+    def _replay_pending(self, partition: int, producer_id: int, key: bytes, value: bytes | None) -> None:
+        """An offset committed in a transaction still open at start-up: pending until its marker."""
+        try:
+            record_type, group_id, topic, index = crec.decode_key(key)
+            if record_type == crec.OFFSET_COMMIT and topic is not None and index is not None and value is not None:
+                self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})[(topic, index)] = (
+                    crec.decode_offset_commit_value(value))
+        except (ValueError, IndexError) as exc:
+            log.warning("unreadable transactional offset record skipped", error=str(exc), key=key.hex()[:80])
 
     def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
         out: list[Record] = []
@@ -376,6 +390,73 @@ class ClassicGroupCoordinator:
             await self._append(group_id, records)
         return errors
 
+    async def txn_commit_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                 group_instance_id: str | None, generation_id: int,
+                                 offsets: list[OffsetToCommit]) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit for a classic (or simple) group: the offsets are written now as the
+        producer's transactional batch and become committed when its commit marker reaches this
+        `__consumer_offsets` partition (`transaction_completed`); an abort drops them."""
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        valid = []
+        for item in offsets:
+            if self._partition_exists(item[0], item[1]):
+                valid.append(item)
+            else:
+                errors[(item[0], item[1])] = ErrorCode.unknown_topic_or_partition
+        if not valid:
+            return errors
+        group = self._group(group_id)
+        error: ErrorCode | None = None
+        if group is not None:
+            # Kafka's ClassicGroup.validateOffsetCommit with isTransactional: a commit without
+            # membership is accepted whatever the state; one naming a member is checked.
+            if group.state == DEAD:
+                error = ErrorCode.coordinator_not_available
+            elif not (generation_id < 0 and group.state == EMPTY) and (
+                    generation_id >= 0 or member_id or group_instance_id is not None):
+                error = group.validate_member(member_id, group_instance_id)
+                if error is None and generation_id != group.generation_id:
+                    error = ErrorCode.illegal_generation
+        if error is not None:
+            return {**errors, **{(t, p): error for t, p, *_ in valid}}
+        max_metadata = self.config["offset.metadata.max.bytes"]
+        now = now_ms()
+        staged: dict[tuple[str, int], crec.CommittedOffset] = {}
+        records: list[Record] = []
+        for topic, partition, offset, leader_epoch, metadata in valid:
+            if metadata is not None and len(metadata) > max_metadata:
+                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now)
+            staged[(topic, partition)] = committed
+            records.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
+            errors[(topic, partition)] = ErrorCode.none
+        if records:
+            await self.group_log.append(group_id, records, transaction=(producer_id, producer_epoch))
+            self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(staged)
+        return errors
+
+    def transaction_completed(self, partition: Partition, producer_id: int, commit: bool) -> None:
+        """A transaction marker reached `partition`: the producer's pending offsets of the groups
+        living there are committed (or dropped). Their records are already in the log before the
+        marker, so nothing more is written."""
+        if partition.topic.name != OFFSETS_TOPIC:
+            return
+        by_group = self.pending_txn.get(producer_id)
+        if not by_group:
+            return
+        for group_id in [g for g in by_group if self.group_log.partition_of(g) == partition.index]:
+            staged = by_group.pop(group_id)
+            if not commit:
+                continue
+            if group_id not in self.groups and self.directory.group_type(group_id) is None:
+                self.groups[group_id] = self._new_group(group_id)  # offsets without membership: a simple group
+            self._offsets_of(group_id).update(staged)
+            log.info("transactional offsets committed", group=group_id, producer_id=producer_id,
+                     partitions=len(staged))
+        if not by_group:
+            del self.pending_txn[producer_id]
+
     async def delete_all_offsets(self, group_id: str) -> None:
         """Tombstone every committed offset of a group (DeleteGroups of another kind of group)."""
         committed = self.offsets.pop(group_id, {})
@@ -420,6 +501,10 @@ class ClassicGroupCoordinator:
             if pending:
                 await asyncio.wait(pending)
         offsets = self.offsets.get(group_id, {})
+        # Kafka: with require_stable, a partition whose offset a transaction has pending answers
+        # UNSTABLE_OFFSET_COMMIT (the consumer retries until the transaction ends).
+        unstable = {tp for by_group in self.pending_txn.values() for tp in by_group.get(group_id, ())} \
+            if require_stable and self.pending_txn else set()
         out: list[tuple[str, list[FetchedOffset]]] = []
         if topics is None:
             by_topic: dict[str, list[FetchedOffset]] = {}
@@ -430,7 +515,9 @@ class ClassicGroupCoordinator:
             rows: list[FetchedOffset] = []
             for partition in partitions:
                 found = offsets.get((topic, partition))
-                if found is None:
+                if (topic, partition) in unstable:
+                    rows.append((partition, -1, -1, "", ErrorCode.unstable_offset_commit))
+                elif found is None:
                     rows.append((partition, -1, -1, "", ErrorCode.none))
                 else:
                     rows.append((partition, found.offset, found.leader_epoch, found.metadata, ErrorCode.none))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from sharebroker.broker.groups.records import offsets_partition
 from sharebroker.broker.internal_topics import InternalLog, read_records
 from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.primitives import Reader
 
 if TYPE_CHECKING:
     from sharebroker.broker.topics import Topic
@@ -30,6 +31,8 @@ _COMPACT_AFTER_RECORDS = 1000
 Record = tuple[bytes, bytes | None]
 # group ids living in a partition index -> the records restating them
 Restater = Callable[[Callable[[str], bool]], list[Record]]
+# (partition index, producer id, key, value) of a record of a transaction open at start-up
+OpenTxnHandler = Callable[[int, int, bytes, bytes | None], None]
 
 
 class GroupLog:
@@ -39,6 +42,8 @@ class GroupLog:
         self._restaters: list[Restater] = []
         self._since_compaction: dict[int, int] = {}
         self._task: asyncio.Task[None] | None = None
+        self._moving: asyncio.Task[None] | None = None
+        self.misplaced = 0  # records replayed from a partition their group does not map to
 
     def register(self, restate: Restater) -> None:
         self._restaters.append(restate)
@@ -49,23 +54,30 @@ class GroupLog:
     def partition_of(self, group_id: str) -> int:
         return offsets_partition(group_id, self.num_partitions)
 
-    async def append(self, group_id: str, records: list[Record]) -> None:
-        """Append one group's records; returns once the flush policy is met."""
+    async def append(self, group_id: str, records: list[Record], *, transaction: tuple[int, int] | None = None) -> None:
+        """Append one group's records (as a transactional batch of (producer id, epoch) if given);
+        returns once the flush policy is met."""
         if not records:
             return
         partition = self._topic().partitions[self.partition_of(group_id)]
         self._since_compaction[partition.index] = self._since_compaction.get(partition.index, 0) + len(records)
-        await self.internal.append(partition, records)
+        await self.internal.append(partition, records, transaction=transaction)
 
-    def replay(self, handlers: dict[int, Callable[[bytes, bytes | None], None]]) -> int:
-        """Hand every record to the handler of its type; returns how many were read."""
+    def replay(self, handlers: dict[int, Callable[[bytes, bytes | None], None]], *,
+               open_transactions: OpenTxnHandler | None = None) -> int:
+        """Hand every record to the handler of its type, committed transactional records where
+        their commit marker is; returns how many were read. Records of transactions still open
+        go to `open_transactions` (partition index, producer id, key, value)."""
         topic = self.internal.get(OFFSETS_TOPIC)
         if topic is None:
             return 0
         count = 0
         for partition in topic.partitions:
-            for off, key, value in read_records(partition.log):
+            still_open: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+            for off, key, value in read_records(partition.log, open_transactions=still_open):
                 try:
+                    if partition.index != self.partition_of(Reader(key, 2).string() or ""):
+                        self.misplaced += 1
                     (record_type,) = struct.unpack_from(">h", key, 0)
                     handler = handlers.get(record_type)
                     if handler is not None:
@@ -75,10 +87,19 @@ class GroupLog:
                               error=str(exc))
                     continue
                 count += 1
+            if open_transactions is not None:
+                for pid, held in still_open.items():
+                    for _off, key, value in held:
+                        open_transactions(partition.index, pid, key, value)
         return count
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._compact_forever(), name="group-log-compaction")
+        if self.misplaced:
+            # Written by a version that hashed group ids to partitions unlike Kafka: restate every
+            # group in its own partition now, before a later compaction drops the old copies.
+            log.info("group records found outside their partition, compacting", records=self.misplaced)
+            self._moving = asyncio.get_running_loop().create_task(self.compact(force=True), name="group-log-move")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -104,7 +125,8 @@ class GroupLog:
                 return self.partition_of(gid) == i
 
             records = [r for restate in self._restaters for r in restate(here)]
-            start = partition.log.high_watermark
+            # Never past an open transaction's offsets (TxnOffsetCommit): they are not restated
+            start = partition.last_stable_offset
             if records:
                 await self.internal.append(partition, records)
             partition.log.delete_records(start)

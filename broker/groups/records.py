@@ -126,5 +126,7 @@ def decode(key: bytes, value: bytes | None) -> tuple[int, list[str], dict[str, A
 
 
 def offsets_partition(group_id: str, num_partitions: int) -> int:
+    """Kafka's Utils.abs(groupId.hashCode) % offsets.topic.num.partitions."""
     from sharebroker.broker.share_state.records import java_string_hash
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+    h = java_string_hash(group_id)
+    return (0 if h == -(2**31) else abs(h)) % num_partitions
