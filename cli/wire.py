@@ -52,6 +52,7 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
+    47: (0, 0),    # OffsetDelete
     61: (0, 0),    # DescribeProducers
     65: (0, 0),    # DescribeTransactions
     66: (0, 2),    # ListTransactions (v1 duration filter, v2 transactional id pattern)
