@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -185,7 +185,6 @@ class TransactionCoordinator:
 
     def start(self) -> None:
         self._running = True
-        loop = asyncio.get_running_loop()
         for txn in self.txns.values():
             if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 # Decided before a crash or shutdown, markers perhaps not all written: finish it.
@@ -197,26 +196,23 @@ class TransactionCoordinator:
         self._spawn(self._every(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"],
                                 self.expire_ids))
         self._spawn(self._every(_COMPACT_INTERVAL_MS, self.compact))
-        del loop
 
     async def stop(self) -> None:
         self._running = False
         for task in list(self._tasks):
             task.cancel()
 
-    def _spawn(self, coro: object) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _every(self, interval_ms: int, job: Callable[[], object]) -> None:
+    async def _every(self, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
-                result = job()
-                if asyncio.iscoroutine(result):
-                    await result
+                await job()
             except asyncio.CancelledError:
                 raise
             except Exception:
