@@ -6,6 +6,7 @@ skip)."""
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,13 +69,15 @@ class PartitionProducers:
         self.aborted: list[AbortedTxn] = []  # by last offset
 
     def last_stable_offset(self, high_watermark: int) -> int:
-        return min(self.open_txns.values(), default=high_watermark) if self.open_txns else high_watermark
+        return min(self.open_txns.values(), default=high_watermark)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         return [(a.producer_id, a.first_offset) for a in self.aborted_spans(start, end)]
 
     def aborted_spans(self, start: int, end: int) -> list[AbortedTxn]:
-        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
+        # `aborted` is in marker order: skip those ended before `start` without walking them
+        first = bisect_left(self.aborted, start, key=lambda a: a.last_offset)
+        return [a for a in self.aborted[first:] if a.first_offset < end]
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> CachedBatch | None:
         """A duplicate's cached batch (answer with its offsets), None to append, or KafkaError."""

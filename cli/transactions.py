@@ -10,20 +10,16 @@ cell padded to its column's width and followed by a tab."""
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from sharebroker.cli.common import add_connection_options, client_from_args, int_value, run_tool, usage_error
 from sharebroker.cli.wire import Client, Connection, KafkaApiError, ToolError, code_of, error_message
-from sharebroker.protocol.client import ResponseStream
-from sharebroker.protocol.codec import build
 
 MAX_BATCH_SIZE = 500
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
@@ -315,117 +311,24 @@ def describe_transactions_of(client: Client, transactional_ids: Iterable[str]) -
                 node = client.find_coordinator(txn_id, key_type=1)
             except KafkaApiError as exc:
                 raise CauseError(error_message(exc.code, exc.broker_message)) from None
-            states = _describe_transactions_request(client.conn_to(node), [txn_id])
-            state = next((st for st in states if st["transactional_id"] == txn_id), None)
+            # protocol.client reads this answer itself (kio refuses a start time of -1)
+            answer = client.conn_to(node).request(65, {"transactional_ids": [txn_id]})
+            state = next((st for st in answer.transaction_states if st.transactional_id == txn_id), None)
             if state is None:
                 raise CauseError(f"DescribeTransactions response had no entry for transactionalId `{txn_id}`")
-            code = state["error_code"]
+            code = state.error_code
             if code in _COORDINATOR_RETRIABLE and time.monotonic() < deadline:
                 time.sleep(_RETRY_S)
                 continue
             if code != ErrorCode.none:
                 out[txn_id] = code
             else:
-                out[txn_id] = TxnDescription(node.node_id, state["transaction_state"], state["producer_id"],
-                                             state["producer_epoch"], state["transaction_timeout_ms"],
-                                             state["transaction_start_time_ms"], state["partitions"])
+                out[txn_id] = TxnDescription(node.node_id, state.transaction_state, state.producer_id,
+                                             state.producer_epoch, state.transaction_timeout_ms,
+                                             state.transaction_start_time_ms,
+                                             [(t.topic, p) for t in state.topics for p in t.partitions])
             break
     return out
-
-
-def _describe_transactions_request(conn: Connection, transactional_ids: list[str]) -> list[dict[str, Any]]:
-    """DescribeTransactions (v0, the only version) on `conn`, its response decoded here: kio reads
-    TransactionStartTimeMs as a datetime and refuses the -1 that Kafka sends for a transactional id
-    with no transaction started (Empty, after InitProducerId)."""
-    version = conn.version_for(65)
-    req = build(load_request_schema(65, version), {"transactional_ids": transactional_ids})
-    corr, frame = conn.codec.encode(req, expect_response=False)  # the answer is read below, not by the codec
-    conn.sock.settimeout(conn.timeout)
-    conn.sock.sendall(frame)
-    stream = ResponseStream()
-    deadline = time.monotonic() + conn.timeout
-    while (body := stream.next_frame()) is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"timed out waiting for a response from {conn.address}")
-        conn.sock.settimeout(remaining)
-        chunk = conn.sock.recv(1 << 20)
-        if not chunk:
-            raise ConnectionError(f"connection to {conn.address} closed by the broker")
-        stream.feed(chunk)
-    try:
-        got, states = _decode_describe_transactions(body)
-    except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
-        raise ConnectionError(f"DescribeTransactions v{version} response from {conn.address} does not decode: "
-                              f"{exc}") from None
-    if got != corr:
-        raise ConnectionError(f"correlation id {got} from {conn.address}, expected {corr}")
-    return states
-
-
-class _Reader:
-    """The flexible-version primitives of a DescribeTransactions v0 response."""
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = buf, 0
-
-    def fixed(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return int(value)
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            b = self.buf[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise ValueError("varint too long")
-
-    def string(self) -> str:
-        n = self.uvarint() - 1
-        if n < 0:
-            return ""
-        if self.pos + n > len(self.buf):
-            raise ValueError("string past the end of the frame")
-        text = self.buf[self.pos:self.pos + n].decode()
-        self.pos += n
-        return text
-
-    def array_len(self) -> int:
-        return max(self.uvarint() - 1, 0)
-
-    def tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
-
-
-def _decode_describe_transactions(frame: bytes) -> tuple[int, list[dict[str, Any]]]:
-    r = _Reader(frame)
-    corr = r.fixed(">i")
-    r.tags()  # response header v1
-    r.fixed(">i")  # throttle time
-    states = []
-    for _ in range(r.array_len()):
-        st: dict[str, Any] = {"error_code": r.fixed(">h"), "transactional_id": r.string(),
-                              "transaction_state": r.string(), "transaction_timeout_ms": r.fixed(">i"),
-                              "transaction_start_time_ms": r.fixed(">q"), "producer_id": r.fixed(">q"),
-                              "producer_epoch": r.fixed(">h")}
-        partitions: list[TopicPartition] = []
-        for _ in range(r.array_len()):
-            topic = r.string()
-            partitions += [(topic, r.fixed(">i")) for _ in range(r.array_len())]
-            r.tags()
-        st["partitions"] = partitions
-        r.tags()
-        states.append(st)
-    r.tags()
-    return corr, states
 
 
 def _describe_txn_error(txn_id: str, code: int) -> str:

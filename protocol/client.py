@@ -10,6 +10,7 @@ it knows which versions the broker speaks)."""
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import cast
 
 from kio.serial import entity_reader
@@ -18,13 +19,16 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 
 from sharebroker.protocol.api_table import api_name
 from sharebroker.protocol.codec import encode_frame, response_class
+from sharebroker.protocol.primitives import Reader
 
-__all__ = ["ClientCodec", "ResponseFrameError", "ResponseStream", "decode_response", "encode_request"]
+__all__ = ["ClientCodec", "DescribeTransactionsAnswer", "ResponseFrameError", "ResponseStream", "decode_response",
+           "encode_request"]
 
 _SIZE = struct.Struct(">i")
 _CORRELATION_ID = struct.Struct(">i")  # the first field of every response header
 _MAX_CORRELATION_ID = 2**31 - 1
 API_VERSIONS = 18
+DESCRIBE_TRANSACTIONS = 65
 
 
 class ResponseFrameError(Exception):
@@ -44,11 +48,65 @@ def _response_class(api_key: int, api_version: int) -> type[ResponsePayload]:
     return cast("type[ResponsePayload]", response_class(api_key, api_version))
 
 
-def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, ResponsePayload]:
+@dataclass(frozen=True, slots=True)
+class DescribedTopic:
+    topic: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTransaction:
+    error_code: int
+    transactional_id: str
+    transaction_state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int  # -1: no transaction started
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[DescribedTopic, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeTransactionsAnswer:
+    """DescribeTransactions v0, read here rather than by kio: kio reads TransactionStartTimeMs as
+    a datetime and refuses the -1 Kafka answers for an id with no transaction started (Empty)."""
+
+    throttle_time_ms: int
+    transaction_states: tuple[DescribedTransaction, ...]
+
+
+def _describe_transactions(frame: bytes) -> tuple[int, DescribeTransactionsAnswer]:
+    r = Reader(frame)
+    correlation_id = r.i32()
+    r.skip_tags()  # response header v1
+    throttle = r.i32()
+    states = []
+    for _ in range(r.compact_len()):
+        error_code, txn_id, state = r.i16(), r.compact_str() or "", r.compact_str() or ""
+        timeout, start, pid, epoch = r.i32(), r.i64(), r.i64(), r.i16()
+        topics = []
+        for _ in range(r.compact_len()):
+            topic = r.compact_str() or ""
+            topics.append(DescribedTopic(topic, tuple(r.i32() for _ in range(r.compact_len()))))
+            r.skip_tags()
+        r.skip_tags()
+        states.append(DescribedTransaction(error_code, txn_id, state, timeout, start, pid, epoch, tuple(topics)))
+    r.skip_tags()
+    return correlation_id, DescribeTransactionsAnswer(throttle, tuple(states))
+
+
+def decode_response(frame: bytes, api_key: int,
+                    api_version: int) -> tuple[int, ResponsePayload | DescribeTransactionsAnswer]:
     """(correlation id, response) from one frame without its size prefix, for a request of
-    `api_key` at `api_version`. Bytes after the body are ignored."""
-    cls = _response_class(api_key, api_version)
+    `api_key` at `api_version`: a kio entity, or for DescribeTransactions a
+    DescribeTransactionsAnswer. Bytes after the body are ignored."""
     what = f"{api_name(api_key)} v{api_version} response"
+    if api_key == DESCRIBE_TRANSACTIONS:
+        try:
+            return _describe_transactions(frame)
+        except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
+            raise ResponseFrameError(f"{what}: undecodable: {type(exc).__name__}: {exc}") from None
+    cls = _response_class(api_key, api_version)
     try:
         header, used = entity_reader(cls.__header_schema__)(frame, 0)
     except Exception as exc:  # kio's native reader raises its own types on short buffers
@@ -123,7 +181,7 @@ class ClientCodec:
         """Bytes read from the connection, cut anywhere."""
         self._stream.feed(data)
 
-    def next_response(self) -> tuple[int, ResponsePayload] | None:
+    def next_response(self) -> tuple[int, ResponsePayload | DescribeTransactionsAnswer] | None:
         """(correlation id, response) of the next complete response frame, or None until more bytes
         arrive. A response that answers no pending request is a ResponseFrameError."""
         frame = self._stream.next_frame()

@@ -87,15 +87,11 @@ def _check_transaction(broker: Broker, partition: Any, batch: Any, version: int,
     if open_txn or not broker.config["transaction.partition.verification.enable"]:
         return
     tp = (partition.topic.name, partition.index)
-    error = broker.transactions.verify_partitions(transactional_id, pid, batch.producer_epoch, [tp])[tp]
-    if error == ErrorCode.none:
-        return
-    if error == ErrorCode.producer_fenced:
-        error = ErrorCode.invalid_producer_epoch
-    elif error == ErrorCode.transaction_abortable and version <= 10:
-        error = ErrorCode.invalid_txn_state  # clients before Produce v11 do not know TRANSACTION_ABORTABLE
-    raise KafkaError(error, f"Transactional write of producer {pid} (epoch {batch.producer_epoch}) to "
-                            f"{tp[0]}-{tp[1]} refused: the partition is not in its open transaction.")
+    error = broker.transactions.verify_write(transactional_id, pid, batch.producer_epoch, tp,
+                                             knows_abortable=version > 10)
+    if error is not None:
+        raise KafkaError(error, f"Transactional write of producer {pid} (epoch {batch.producer_epoch}) to "
+                                f"{tp[0]}-{tp[1]} refused: the partition is not in its open transaction.")
 
 
 def _check_timestamps(batch: Any, cfg: Any, now: int) -> None:

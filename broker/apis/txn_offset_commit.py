@@ -22,30 +22,11 @@ log = get_logger("sharebroker.transactions")
 
 
 def _verify(broker: Broker, body: Any, version: int) -> ErrorCode | None:
-    """Is the group's offsets partition in the producer's open transaction?"""
+    """Is the group's offsets partition in the producer's open transaction? (v5 knows
+    TRANSACTION_ABORTABLE)"""
     tp = (OFFSETS_TOPIC, broker.group_log.partition_of(body.group_id))
-    error = broker.transactions.verify_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
-                                                  [tp])[tp]
-    if error == ErrorCode.none:
-        return None
-    if error == ErrorCode.producer_fenced:
-        return ErrorCode.invalid_producer_epoch
-    if error == ErrorCode.transaction_abortable and version < 5:
-        return ErrorCode.invalid_txn_state  # clients before v5 do not know TRANSACTION_ABORTABLE
-    return error
-
-
-def _membership(broker: Broker, body: Any, version: int) -> ErrorCode | None:
-    group_type = broker.group_type(body.group_id)
-    member_id = getattr(body, "member_id", "") or ""
-    generation = getattr(body, "generation_id", -1)
-    if group_type == "consumer":
-        refused = broker.consumer_groups.validate_offset_commit(
-            body.group_id, member_id, getattr(body, "group_instance_id", None), generation, version, transactional=True)
-        return None if refused is None else refused[0]
-    if group_type not in (None, "classic"):
-        return ErrorCode.group_id_not_found
-    return None
+    return broker.transactions.verify_write(body.transactional_id, body.producer_id, body.producer_epoch, tp,
+                                            knows_abortable=version >= 5)
 
 
 @api(28)
@@ -54,20 +35,28 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     v = req.api_version
     offsets = [(t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                 p.committed_metadata) for t in body.topics for p in t.partitions]
-    error = _verify(broker, body, v) or _membership(broker, body, v)
+    member_id = getattr(body, "member_id", "") or ""
+    instance_id = getattr(body, "group_instance_id", None)
+    generation = getattr(body, "generation_id", -1)
+    group_type = broker.group_type(body.group_id)
+    error = _verify(broker, body, v)
+    if error is None and group_type == "consumer":
+        # The consumer coordinator checks the member epoch; the offsets store then takes the
+        # offsets without a classic membership check.
+        refused = broker.consumer_groups.validate_offset_commit(body.group_id, member_id, instance_id, generation, v,
+                                                                transactional=True)
+        error = None if refused is None else refused[0]
+        member_id, instance_id, generation = "", None, -1
+    elif error is None and group_type not in (None, "classic"):
+        error = ErrorCode.group_id_not_found
     if error is not None:
         errors = {(t, p): error for t, p, *_ in offsets}
         log.info("transactional offset commit refused", group=body.group_id, transactional_id=body.transactional_id,
                  producer_id=body.producer_id, epoch=body.producer_epoch, error=error.name, conn=conn.id)
-    elif broker.group_type(body.group_id) == "consumer":
-        errors = await broker.classic_groups.txn_commit_offsets(
-            group_id=body.group_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch, member_id="",
-            group_instance_id=None, generation_id=-1, offsets=offsets)
     else:
         errors = await broker.classic_groups.txn_commit_offsets(
             group_id=body.group_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
-            member_id=getattr(body, "member_id", "") or "", group_instance_id=getattr(body, "group_instance_id", None),
-            generation_id=getattr(body, "generation_id", -1), offsets=offsets)
+            member_id=member_id, group_instance_id=instance_id, generation_id=generation, offsets=offsets)
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})

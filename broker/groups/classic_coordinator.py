@@ -329,13 +329,7 @@ class ClassicGroupCoordinator:
     async def commit_offsets(self, *, group_id: str, member_id: str, group_instance_id: str | None,
                              generation_id: int, offsets: list[OffsetToCommit],
                              version: int) -> dict[tuple[str, int], ErrorCode]:
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        valid: list[OffsetToCommit] = []
-        for item in offsets:
-            if self._partition_exists(item[0], item[1]):
-                valid.append(item)
-            else:
-                errors[(item[0], item[1])] = ErrorCode.unknown_topic_or_partition
+        valid, errors = self._existing(offsets)
         if not valid:
             return errors
         group, error = self._group_for_commit(group_id, generation_id, version)
@@ -356,11 +350,24 @@ class ClassicGroupCoordinator:
             await self._append(group_id, records)
         return errors
 
+    def _existing(self, offsets: list[OffsetToCommit]) -> tuple[list[OffsetToCommit], dict[tuple[str, int], ErrorCode]]:
+        """The offsets of partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others."""
+        valid: list[OffsetToCommit] = []
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        for item in offsets:
+            if self._partition_exists(item[0], item[1]):
+                valid.append(item)
+            else:
+                errors[(item[0], item[1])] = ErrorCode.unknown_topic_or_partition
+        return valid, errors
+
     def _offset_records(self, group_id: str, offsets: list[OffsetToCommit], errors: dict[tuple[str, int], ErrorCode],
-                        now: int) -> list[Record]:
-        """Store the offsets in memory and return their records (oversized metadata refused)."""
+                        now: int, store: dict[tuple[str, int], crec.CommittedOffset] | None = None) -> list[Record]:
+        """Put the offsets in `store` (default: the group's committed offsets) and return their
+        records (oversized metadata refused)."""
         max_metadata = self.config["offset.metadata.max.bytes"]
-        store = self._offsets_of(group_id)
+        if store is None:
+            store = self._offsets_of(group_id)
         records: list[Record] = []
         for topic, partition, offset, leader_epoch, metadata in offsets:
             if metadata is not None and len(metadata) > max_metadata:
@@ -376,13 +383,7 @@ class ClassicGroupCoordinator:
         """Commit a batch of offsets for a group without member validation: for callers that
         validated already (consumer groups, a committing transaction's TxnOffsetCommit offsets).
         Unknown partitions and oversized metadata are refused per partition."""
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        valid = []
-        for item in offsets:
-            if self._partition_exists(item[0], item[1]):
-                valid.append(item)
-            else:
-                errors[(item[0], item[1])] = ErrorCode.unknown_topic_or_partition
+        valid, errors = self._existing(offsets)
         records = self._offset_records(group_id, valid, errors, now_ms())
         if not self.offsets.get(group_id) and group_id not in self.groups:
             self.offsets.pop(group_id, None)  # a classic group's entry stays: its `offsets` is that dict
@@ -396,13 +397,7 @@ class ClassicGroupCoordinator:
         """TxnOffsetCommit for a classic (or simple) group: the offsets are written now as the
         producer's transactional batch and become committed when its commit marker reaches this
         `__consumer_offsets` partition (`transaction_completed`); an abort drops them."""
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        valid = []
-        for item in offsets:
-            if self._partition_exists(item[0], item[1]):
-                valid.append(item)
-            else:
-                errors[(item[0], item[1])] = ErrorCode.unknown_topic_or_partition
+        valid, errors = self._existing(offsets)
         if not valid:
             return errors
         group = self._group(group_id)
@@ -419,18 +414,8 @@ class ClassicGroupCoordinator:
                     error = ErrorCode.illegal_generation
         if error is not None:
             return {**errors, **{(t, p): error for t, p, *_ in valid}}
-        max_metadata = self.config["offset.metadata.max.bytes"]
-        now = now_ms()
         staged: dict[tuple[str, int], crec.CommittedOffset] = {}
-        records: list[Record] = []
-        for topic, partition, offset, leader_epoch, metadata in valid:
-            if metadata is not None and len(metadata) > max_metadata:
-                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
-                continue
-            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now)
-            staged[(topic, partition)] = committed
-            records.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
-            errors[(topic, partition)] = ErrorCode.none
+        records = self._offset_records(group_id, valid, errors, now_ms(), staged)
         if records:
             await self.group_log.append(group_id, records, transaction=(producer_id, producer_epoch))
             self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(staged)

@@ -81,11 +81,6 @@ class TxnMetadata:
     pending: bool = False  # a state change is being written
     completion: asyncio.Task[None] | None = None  # markers being written for a decided transaction
 
-    def log_value(self) -> trec.TxnLogValue:
-        return trec.TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, int(self.state),
-                                frozenset(self.partitions), self.last_update_ms, self.start_ms,
-                                self.previous_producer_id)
-
     @property
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= _MAX_EPOCH - 1
@@ -358,6 +353,21 @@ class TransactionCoordinator:
         assert txn is not None
         return {tp: ErrorCode.none if tp in txn.partitions else ErrorCode.transaction_abortable for tp in wanted}
 
+    def verify_write(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition, *,
+                     knows_abortable: bool) -> ErrorCode | None:
+        """A write that opens the producer's transaction on `tp` (a produce, TxnOffsetCommit): None
+        if `tp` is in it, else the error the writer gets, mapped as Kafka's AddPartitionsToTxnManager
+        maps it (a fenced producer: INVALID_PRODUCER_EPOCH; a missing partition: TRANSACTION_ABORTABLE
+        for clients that know it, INVALID_TXN_STATE for older ones)."""
+        error = self.verify_partitions(transactional_id, producer_id, epoch, [tp])[tp]
+        if error == ErrorCode.none:
+            return None
+        if error == ErrorCode.producer_fenced:
+            return ErrorCode.invalid_producer_epoch
+        if error == ErrorCode.transaction_abortable and not knows_abortable:
+            return ErrorCode.invalid_txn_state
+        return error
+
     # -- EndTxn ----------------------------------------------------------------------------------
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
@@ -510,7 +520,7 @@ class TransactionCoordinator:
                 continue
             start = partition.log.high_watermark
             records: list[tuple[bytes, bytes | None]] = [
-                (trec.encode_key(t.transactional_id), trec.encode_value(t.log_value())) for t in here]
+                (trec.encode_key(t.transactional_id), trec.encode_value(Transition.of(t).value())) for t in here]
             if records:
                 await self.internal.append(partition, records)
             partition.log.delete_records(start)
@@ -550,8 +560,3 @@ class TransactionCoordinator:
             out.append(txn)
         return out, unknown
 
-    def ongoing_for(self, producer_id: int) -> TxnMetadata | None:
-        for txn in self.txns.values():
-            if txn.producer_id == producer_id and txn.state == TxnState.ONGOING:
-                return txn
-        return None

@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import create_topic, producer_conf
+from tests.integration.test_transactions import list_offset
 from tests.integration.share_helpers import (
     describe_group_configs,
     new_group,
@@ -38,22 +39,10 @@ def _txn(p: Producer, topic: str, vals: list[bytes], *, commit: bool) -> None:
         p.abort_transaction(10)
 
 
-def _latest(bootstrap: str, topic: str, isolation_level: int) -> int:
-    """ListOffsets latest: the last stable offset for read_committed, else the high watermark."""
-    cls = rk.req_cls(2, 7)
-    tcls = rk._nested(cls, "topics")
-    pcls = rk._nested(tcls, "partitions")
-    req = cls(replica_id=-1, isolation_level=isolation_level, topics=(tcls(name=topic, partitions=(
-        pcls(partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
-    with rk.RawClient(bootstrap) as raw:
-        resp = raw.request(req)
-    (p,) = resp.topics[0].partitions
-    assert int(p.error_code) == 0, p
-    return p.offset
-
-
 def _lso(bootstrap: str, topic: str) -> tuple[int, int]:
-    return _latest(bootstrap, topic, 1), _latest(bootstrap, topic, 0)
+    """(last stable offset, high watermark) by ListOffsets latest for both isolation levels."""
+    with rk.RawClient(bootstrap) as raw:
+        return list_offset(raw, topic, 0, 1), list_offset(raw, topic, 0, 0)
 
 
 def test_read_committed_share_group_gets_only_committed_records(broker, topic_name) -> None:

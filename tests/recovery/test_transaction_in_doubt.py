@@ -18,24 +18,12 @@ from sharebroker.storage import LogConfig, PartitionLog
 from sharebroker.testing import wait_for
 from tests.integration import rawkafka as rk
 from tests.integration.clients import consume_from_beginning, create_topic, producer_conf
-
-
-def _describe(bootstrap: str, txn_id: str) -> object:
-    cls = rk.req_cls(65, 0)
-    with rk.RawClient(bootstrap) as raw:
-        (state,) = raw.request(cls(transactional_ids=(txn_id,))).transaction_states
-    return state
+from tests.integration.test_transactions import describe_txn, list_offset
 
 
 def _latest(bootstrap: str, topic: str, isolation_level: int) -> int:
-    cls = rk.req_cls(2, 7)
-    tcls = rk._nested(cls, "topics")
-    pcls = rk._nested(tcls, "partitions")
-    req = cls(replica_id=-1, isolation_level=isolation_level, topics=(tcls(name=topic, partitions=(
-        pcls(partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
     with rk.RawClient(bootstrap) as raw:
-        (p,) = raw.request(req).topics[0].partitions
-    return p.offset
+        return list_offset(raw, topic, 0, isolation_level)
 
 
 def _append_decision(data_dir: Path, txn_id: str, state: object, topic: str) -> None:
@@ -64,16 +52,16 @@ def test_commit_decided_before_a_crash_is_completed_at_start_up(make_broker, top
     for i in range(4):
         p.produce(topic_name, value=b"in-doubt-%d" % i, partition=0)
     p.flush(10)
-    open_state = _describe(broker.bootstrap, txn_id)
+    open_state = describe_txn(broker.bootstrap, txn_id)
     assert open_state.transaction_state == "Ongoing"
     assert _latest(broker.bootstrap, topic_name, 1) == 0  # the open transaction holds the LSO
     broker.kill()
     del p
     _append_decision(broker.data_dir, txn_id, open_state, topic_name)
     broker.start()
-    wait_for(lambda: _describe(broker.bootstrap, txn_id).transaction_state == "CompleteCommit", 10,
+    wait_for(lambda: describe_txn(broker.bootstrap, txn_id).transaction_state == "CompleteCommit", 10,
              message="the decided transaction to complete after the restart")
-    after = _describe(broker.bootstrap, txn_id)
+    after = describe_txn(broker.bootstrap, txn_id)
     assert (after.producer_id, after.producer_epoch) == (open_state.producer_id, open_state.producer_epoch)
     assert _latest(broker.bootstrap, topic_name, 1) == _latest(broker.bootstrap, topic_name, 0) == 5  # 4 + marker
     msgs = consume_from_beginning(broker.bootstrap, topic_name, 4, **{"isolation.level": "read_committed"})
