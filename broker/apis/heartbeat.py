@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 @api(12)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
-    code = broker.classic_groups.heartbeat(group_id=body.group_id, member_id=body.member_id,
-                                           group_instance_id=getattr(body, "group_instance_id", None),
-                                           generation_id=body.generation_id)
+    beat = (broker.consumer_groups.classic_heartbeat if broker.group_type(body.group_id) == "consumer"
+            else broker.classic_groups.heartbeat)
+    code = beat(group_id=body.group_id, member_id=body.member_id,
+                group_instance_id=getattr(body, "group_instance_id", None), generation_id=body.generation_id)
     return build(response_class(12, req.api_version), {"throttle_time": 0, "error_code": code})

@@ -1,5 +1,6 @@
 """JoinGroup (11) v0–9: join or rejoin a classic group; the answer is parked until the join phase
-of the rebalance completes (the leader's answer carries every member's protocol metadata)."""
+of the rebalance completes (the leader's answer carries every member's protocol metadata). A
+consumer group answers a classic member at once, its member epoch as the generation."""
 
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     rebalance_timeout = session_timeout if v == 0 else ms(body.rebalance_timeout)
     if rebalance_timeout < 0:
         rebalance_timeout = session_timeout
-    result = await broker.classic_groups.join(
+    # A consumer group (KIP-848) takes classic members too: Kafka's upgrade path.
+    join = (broker.consumer_groups.classic_join if broker.group_type(body.group_id) == "consumer"
+            else broker.classic_groups.join)
+    result = await join(
         group_id=body.group_id, member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None), client_id=req.client_id or "",
         client_host=conn.client_host, session_timeout_ms=session_timeout, rebalance_timeout_ms=rebalance_timeout,

@@ -23,7 +23,10 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         identities: list[tuple[str, str | None]] = [(body.member_id, None)]
     else:
         identities = [(m.member_id, m.group_instance_id) for m in body.members]
-    top, results = broker.classic_groups.leave(body.group_id, identities)
+    if broker.group_type(body.group_id) == "consumer":  # classic members of a consumer group
+        top, results = await broker.consumer_groups.classic_leave(body.group_id, identities)
+    else:
+        top, results = broker.classic_groups.leave(body.group_id, identities)
     cls = response_class(13, v)
     if v < 3:
         code = top if top != ErrorCode.none else next((e for _, _, e in results if e != ErrorCode.none),

@@ -24,6 +24,11 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     protocol_name = getattr(body, "protocol_name", None)
     if v >= 5 and (protocol_type is None or protocol_name is None):
         result = SyncResult(ErrorCode.inconsistent_group_protocol)  # mandatory from v5
+    elif broker.group_type(body.group_id) == "consumer":  # a classic member of a consumer group
+        result = await broker.consumer_groups.classic_sync(
+            group_id=body.group_id, member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None), generation_id=body.generation_id,
+            protocol_type=protocol_type, protocol_name=protocol_name)
     else:
         result = await broker.classic_groups.sync(
             group_id=body.group_id, member_id=body.member_id,

@@ -14,7 +14,7 @@ restates what the log holds); responses that acknowledge it are sent after the a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -30,6 +30,7 @@ from sharebroker.broker.groups.classic_group import (
     JoinRequest,
     JoinResult,
     MetadataWrite,
+    Protocols,
     SyncResult,
 )
 from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
@@ -67,6 +68,8 @@ class ClassicGroupCoordinator:
         self._seen: dict[str, tuple[str, int]] = {}
         self._running = False
         self._cleanup: asyncio.Task[None] | None = None
+        # Offset expiry of the other kinds of group whose offsets live in this store, run after ours.
+        self.retention_hooks: list[Callable[[int], Awaitable[None]]] = []
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -254,10 +257,9 @@ class ClassicGroupCoordinator:
     async def join(self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                    protocols: tuple[tuple[str, bytes], ...], version: int) -> JoinResult:
-        cfg = self.config
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id)
-        if not cfg["group.min.session.timeout.ms"] <= session_timeout_ms <= cfg["group.max.session.timeout.ms"]:
+        if not self.session_timeout_allowed(session_timeout_ms):
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
         if self.directory.group_type(group_id) not in (None, "classic"):
             return JoinResult(ErrorCode.inconsistent_group_protocol, "")
@@ -452,17 +454,40 @@ class ClassicGroupCoordinator:
         group = self.groups.get(group_id)
         return group is not None and group.state == EMPTY and not group.pending_members
 
-    async def replace_empty_group(self, group_id: str) -> None:
-        """A consumer group takes over the id of an empty classic group (Kafka writes the classic
-        group's tombstone); committed offsets stay in the store for the new group."""
+    def session_timeout_allowed(self, session_timeout_ms: int) -> bool:
+        return self.config["group.min.session.timeout.ms"] <= session_timeout_ms <= self.config["group.max.session.timeout.ms"]
+
+    def take_over(self, group_id: str) -> list[Record]:
+        """A consumer group takes over this classic group's id (empty, or upgraded with its members):
+        whoever waits in JoinGroup or SyncGroup is told to rejoin, the group goes from memory, and
+        the returned tombstone is for the caller to append in the same step. Committed offsets stay
+        in the store for the consumer group."""
         group = self.groups.get(group_id)
         if group is None:
-            return
-        group.mark_dead(now_ms())
+            return []
+        group.mark_dead(now_ms(), ErrorCode.rebalance_in_progress)
         self._after(group)
         self._forget(group_id, keep_offsets=True)
-        log.info("empty classic group replaced by a consumer group", group=group_id)
-        await self._append(group_id, [(crec.group_metadata_key(group_id), None)])
+        return [(crec.group_metadata_key(group_id), None)]
+
+    def adopt(self, group_id: str, snapshot: crec.GroupSnapshot, protocols: dict[str, Protocols]) -> list[Record]:
+        """A consumer group downgraded to a classic group: install the group `snapshot` describes
+        (Stable, its members with every protocol they support) and return its record for the caller
+        to append in the same step; `rebalance` then starts the rebalance Kafka triggers."""
+        group = self._new_group(group_id, snapshot)
+        for member in group.members.values():
+            member.protocols = protocols.get(member.member_id, member.protocols)
+        value = crec.group_metadata_value(snapshot)
+        self.groups[group_id] = group
+        self._persisted[group_id] = value
+        group.loaded(now_ms())
+        return [(crec.group_metadata_key(group_id), value)]
+
+    def rebalance(self, group_id: str) -> None:
+        group = self._group(group_id)
+        if group is not None:
+            group.rebalance(now_ms())
+            self._after(group)
 
     def _group_for_commit(self, group_id: str, generation_id: int,
                           version: int) -> tuple[ClassicGroup | None, ErrorCode | None]:
@@ -614,20 +639,13 @@ class ClassicGroupCoordinator:
     async def expire_offsets(self, now: int) -> None:
         """Kafka's offsets.retention.minutes: offsets of empty groups (counted from when the group
         became empty), of simple groups and of topics a stable consumer group no longer subscribes
-        to (counted from the commit) expire; empty groups left without offsets are deleted."""
-        retention_ms = self.config["offsets.retention.minutes"] * 60_000
+        to (counted from the commit) expire; empty groups left without offsets are deleted. Then the
+        other kinds of group that keep offsets here (`retention_hooks`) run theirs."""
         for group_id, group in list(self.groups.items()):
             base_of = _expiry_base(group)
             records: list[Record] = []
             if base_of is not None:
-                for (topic, partition), c in list(group.offsets.items()):
-                    if group.is_subscribed_to(topic):
-                        continue
-                    expired = (now >= c.expire_timestamp_ms if c.expire_timestamp_ms >= 0
-                               else now - base_of(c) >= retention_ms)
-                    if expired:
-                        del group.offsets[(topic, partition)]
-                        records.append((crec.offset_commit_key(group_id, topic, partition), None))
+                records, _ = self.expire_unsubscribed(group_id, group.is_subscribed_to, base_of, now)
             if group.state == EMPTY and not group.offsets and not group.pending_members:
                 records.append((crec.group_metadata_key(group_id), None))
                 group.mark_dead(now)
@@ -636,6 +654,27 @@ class ClassicGroupCoordinator:
                 log.info("classic group expired", group=group_id)
             if records:
                 await self._append(group_id, records)
+        for hook in self.retention_hooks:
+            await hook(now)
+
+    def expire_unsubscribed(self, group_id: str, subscribed: Callable[[str], bool],
+                            base_of: Callable[[crec.CommittedOffset], int], now: int) -> tuple[list[Record], bool]:
+        """Drop the group's expired offsets of topics it does not subscribe to (none while a
+        transaction has offsets pending for the group): their tombstones, for the caller to append,
+        and whether every offset of the group is gone (OffsetMetadataManager.cleanupExpiredOffsets)."""
+        retention_ms = self.config["offsets.retention.minutes"] * 60_000
+        committed = self.offsets.get(group_id, {})
+        pending = any(group_id in by_group for by_group in self.pending_txn.values())
+        records: list[Record] = []
+        for (topic, partition), c in list(committed.items()):
+            if pending or subscribed(topic):
+                continue
+            expired = (now >= c.expire_timestamp_ms if c.expire_timestamp_ms >= 0
+                       else now - base_of(c) >= retention_ms)
+            if expired:
+                del committed[(topic, partition)]
+                records.append((crec.offset_commit_key(group_id, topic, partition), None))
+        return records, not committed and not pending
 
 
 def _expiry_base(group: ClassicGroup) -> Callable[[crec.CommittedOffset], int] | None:

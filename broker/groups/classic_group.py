@@ -24,11 +24,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.groups.consumer_protocol import decode_subscription
 from sharebroker.broker.groups.classic_records import (
     CommittedOffset,
     GroupSnapshot,
     MemberSnapshot,
-    consumer_subscription_topics,
 )
 
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
@@ -218,10 +218,10 @@ class ClassicGroup:
             return None
         topics: set[str] = set()
         for m in self.members.values():
-            parsed = consumer_subscription_topics(m.metadata(self.protocol_name))
-            if parsed is None:
+            try:
+                topics.update(decode_subscription(m.metadata(self.protocol_name)).topics)
+            except ValueError:
                 return None
-            topics.update(parsed)
         return topics
 
     def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
@@ -365,10 +365,11 @@ class ClassicGroup:
         self.state = state
         self.state_timestamp_ms = now_ms
 
-    def mark_dead(self, now_ms: int) -> None:
+    def mark_dead(self, now_ms: int, error: ErrorCode = ErrorCode.coordinator_not_available) -> None:
+        """The group goes; whoever waits in JoinGroup or SyncGroup is answered with `error`."""
         for m in self.members.values():
-            self._complete_join(m, JoinResult(ErrorCode.coordinator_not_available, m.member_id))
-            self._complete_sync(m, SyncResult(ErrorCode.coordinator_not_available))
+            self._complete_join(m, JoinResult(error, m.member_id))
+            self._complete_sync(m, SyncResult(error))
         self._transition(DEAD, now_ms)
         self._join_timer = None
         self._sync_timer = None
@@ -546,6 +547,11 @@ class ClassicGroup:
             self._prepare_rebalance(now_ms)
         else:
             self._maybe_complete_join_phase(now_ms)
+
+    def rebalance(self, now_ms: int) -> None:
+        """Start a rebalance from outside (a consumer group downgraded to this classic group)."""
+        if self.can_rebalance():
+            self._prepare_rebalance(now_ms)
 
     def _prepare_rebalance(self, now_ms: int) -> None:
         if self.state == COMPLETING_REBALANCE:

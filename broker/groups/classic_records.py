@@ -11,7 +11,6 @@ by the fields (flexible from v4: compact strings and tagged fields). A null valu
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 from sharebroker.protocol.primitives import Reader, Writer
@@ -160,23 +159,3 @@ def decode_group_metadata_value(value: bytes) -> GroupSnapshot:
     if flex:
         r.skip_tags()
     return GroupSnapshot(protocol_type, generation, protocol, leader, state_ts, tuple(members))
-
-
-def consumer_subscription_topics(metadata: bytes) -> list[str] | None:
-    """Topics of a ConsumerProtocolSubscription (the v0 prefix every version starts with), or
-    None if the bytes do not parse."""
-    try:
-        r = Reader(metadata)
-        r.i16()  # version
-        n = r.i32()
-        if n < 0 or n > len(metadata):
-            return None
-        topics = []
-        for _ in range(n):
-            t = r.string()
-            if t is None:
-                return None
-            topics.append(t)
-        return topics
-    except (struct.error, ValueError, UnicodeDecodeError, IndexError):
-        return None

@@ -3,6 +3,12 @@ serves ConsumerGroupHeartbeat and ConsumerGroupDescribe, fences members whose se
 rebalance timeout passes, follows topic changes (creation, deletion, new partitions) and persists
 the groups in `__consumer_offsets` with Kafka's record types, rebuilt at start-up by replay.
 
+It also runs Kafka's online migration (`group.consumer.migration.policy`): a consumer member
+joining a non-empty classic group upgrades it, its classic members staying on as members of the
+classic protocol (served here through JoinGroup, SyncGroup, Heartbeat and LeaveGroup); when the
+last member of the consumer protocol leaves and classic members remain, the group is downgraded
+back to a classic group, which rebalances.
+
 Committed offsets are not kept here: the classic coordinator's offset store holds them for every
 kind of group; this coordinator only validates a member's commit (member id and epoch)."""
 
@@ -18,9 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.groups import classic_records as crec
 from sharebroker.broker.groups import consumer_records as rec
 from sharebroker.broker.groups.assignors import assignor_name
+from sharebroker.broker.groups.classic_group import ClassicGroup, JoinResult, SyncResult
 from sharebroker.broker.groups.consumer_group import (
+    CONSUMER_PROTOCOL_TYPE,
+    LEAVE_EPOCH,
+    STABLE,
+    ClassicJoin,
+    ClassicMetadata,
     ConsumerGroup,
     ConsumerMember,
     ConsumerSettings,
@@ -28,6 +41,7 @@ from sharebroker.broker.groups.consumer_group import (
     Heartbeat,
     validate_heartbeat,
 )
+from sharebroker.broker.groups.consumer_protocol import decode_assignment, decode_subscription, encode_assignment
 from sharebroker.broker.groups.share_group import Assignment, TopicInfo
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.errors import KafkaError
@@ -76,7 +90,8 @@ class ConsumerGroupCoordinator:
         self.group_log = group_log
         self.directory = groups
         self.group_configs = group_configs
-        self.classic = classic  # holds the committed offsets of every group, and empty classic groups we replace
+        self.classic = classic  # holds the committed offsets of every group, and classic groups we take over
+        classic.retention_hooks.append(self.expire_offsets)
         self.groups: dict[str, ConsumerGroup] = {}
         self._persisted: dict[str, _Persisted] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -94,6 +109,10 @@ class ConsumerGroupCoordinator:
         return ConsumerSettings(session_timeout_ms=self.group_configs(group_id).consumer_session_timeout_ms,
                                 max_size=self.broker_config["group.consumer.max.size"], assignors=self.assignors())
 
+    def _migration(self, direction: str) -> bool:
+        policy = str(self.broker_config["group.consumer.migration.policy"]).lower()
+        return policy in (direction, "bidirectional")
+
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return self.group_configs(group_id).consumer_heartbeat_interval_ms
 
@@ -108,9 +127,10 @@ class ConsumerGroupCoordinator:
         now = self.clock.monotonic_ms()
         topics = self._all_topics()
         for group in self.groups.values():
+            settings = self.settings(group.group_id)
             for m in list(group.members.values()):
                 group.add_member(m)  # rebuilds the static-member map and partition owners
-                m.session_deadline_ms = now + self.settings(group.group_id).session_timeout_ms
+                m.session_deadline_ms = now + m.session_timeout_ms(settings)
                 if m.current.state == 1:  # UNREVOKED_PARTITIONS: the rebalance timeout runs again
                     m.revocation_deadline = (now + max(m.rebalance_timeout_ms, 0), m.current.epoch)
             group.resolve_regexes(topics)
@@ -184,12 +204,13 @@ class ConsumerGroupCoordinator:
     def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
         return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
 
-    async def persist(self, group: ConsumerGroup) -> None:
-        """Append the records of what changed since the last write, in Kafka's order."""
+    async def persist(self, group: ConsumerGroup, first: list[Record] | None = None) -> None:
+        """Append the records of what changed since the last write, in Kafka's order, after
+        `first` (a replaced classic group's tombstone) in the same batch."""
         gid = group.group_id
         old = self._persisted.get(gid) or _Persisted()
         new = self._snapshot(group)
-        records: list[Record] = []
+        records: list[Record] = list(first or ())
         for mid in old.members.keys() - new.members.keys():
             records += rec.member_tombstones(gid, mid)
         records += [rec.member_metadata(gid, group.members[mid]) for mid, sig in new.members.items()
@@ -259,9 +280,10 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if kind not in (None, "consumer"):
             if kind == "classic" and create and self.classic.is_empty_group(group_id):
-                pass  # Kafka replaces an empty classic group by the new consumer group
-            else:
-                raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+                return ConsumerGroup(group_id)  # Kafka replaces an empty classic group by the new consumer group
+            if kind == "classic" and create and self._may_upgrade(group_id):
+                return self._upgraded(group_id)
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if group is None:
             if not create:
                 raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
@@ -273,11 +295,21 @@ class ConsumerGroupCoordinator:
         created = group_id not in self.groups
         settings = self.settings(group_id)
         now = self.clock.monotonic_ms()
+        if hb.member_epoch == LEAVE_EPOCH and not created:
+            leaving = hb.member_id if hb.instance_id is None else group.static_members.get(hb.instance_id)
+            if leaving == hb.member_id and await self._maybe_downgrade(group, hb.member_id):
+                return {"member_id": hb.member_id, "member_epoch": hb.member_epoch, "heartbeat_interval": 0,
+                        "assignment": None}
         reply = group.heartbeat(hb, self._all_topics(), now, settings)
         group.arm_revocation_timers(now)
+        first: list[Record] = []
         if created:
             if self.directory.group_type(group_id) == "classic":
-                await self.classic.replace_empty_group(group_id)
+                upgraded = bool(self.classic.groups[group_id].members)
+                first = self.classic.take_over(group_id)
+                log.info("classic group upgraded to a consumer group" if upgraded
+                         else "empty classic group replaced by a consumer group", group=group_id,
+                         classic_members=group.classic_member_count())
             self.groups[group_id] = group
             log.info("consumer group created", group=group_id)
         if hb.member_epoch == 0:
@@ -285,7 +317,7 @@ class ConsumerGroupCoordinator:
                      instance=hb.instance_id, epoch=reply.member_epoch, group_epoch=group.epoch)
         elif hb.member_epoch < 0:
             log.info("consumer group member left", group=group_id, member=hb.member_id, epoch=hb.member_epoch)
-        await self.persist(group)
+        await self.persist(group, first)
         assignment = None
         if reply.assignment is not None:
             assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
@@ -326,9 +358,15 @@ class ConsumerGroupCoordinator:
                     continue
                 current = topics if topics is not None else self._all_topics()
                 default = self.assignors()[0]
+                downgraded = False
                 for member_id, reason in group.expired(now):
-                    group.fence(member_id, current, default)
                     log.info("consumer group member fenced", group=group_id, member=member_id, reason=reason)
+                    if await self._maybe_downgrade(group, member_id):
+                        downgraded = True
+                        break
+                    group.fence(member_id, current, default)
+                if downgraded:
+                    continue
                 if topics_changed and group.refresh(current, default):
                     log.info("consumer group metadata changed", group=group_id, epoch=group.epoch)
                 group.arm_revocation_timers(now)
@@ -336,6 +374,193 @@ class ConsumerGroupCoordinator:
                     await self.persist(group)
                 except Exception as exc:  # noqa: BLE001 - retried at the next change
                     log.warning("consumer group record write failed", group=group_id, error=str(exc))
+
+    # -- online migration between classic and consumer groups -----------------------------------
+
+    def _may_upgrade(self, group_id: str) -> bool:
+        """Kafka's validateOnlineUpgrade, for a classic group with members."""
+        classic = self.classic.groups.get(group_id)
+        if classic is None:
+            return False
+        why = None
+        if not self._migration("upgrade"):
+            why = "the online upgrade is disabled"
+        elif classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            why = "the group does not use the consumer embedded protocol"
+        elif len(classic.members) > self.broker_config["group.consumer.max.size"]:
+            why = "the group size exceeds the consumer group maximum size"
+        if why is not None:
+            log.info("classic group not upgraded", group=group_id, reason=why)
+        return why is None
+
+    def _upgraded(self, group_id: str) -> ConsumerGroup:
+        """Kafka's ConsumerGroup.fromClassicGroup: every classic member becomes a member of the
+        classic protocol at the classic generation, Stable, its last assignment as its target."""
+        classic: ClassicGroup = self.classic.groups[group_id]
+        topics = self._all_topics()
+        now = self.clock.monotonic_ms()
+        group = ConsumerGroup(group_id)
+        group.epoch = group.assignment_epoch = classic.generation_id
+        for cm in classic.members.values():
+            try:
+                metadata = cm.metadata(classic.protocol_name) if classic.protocol_name else cm.protocols[0][1]
+                subscription = decode_subscription(metadata)
+                owned = decode_assignment(cm.assignment)
+            except (ValueError, IndexError):
+                raise KafkaError(ErrorCode.group_id_not_found, f"Cannot upgrade the classic group {group_id} to "
+                                 "consumer group because the embedded consumer protocol is malformed.") from None
+            assigned = {topics[name].topic_id: frozenset(parts) for name, parts in owned if name in topics and parts}
+            member = ConsumerMember(
+                cm.member_id, instance_id=cm.group_instance_id, rack_id=subscription.rack_id, client_id=cm.client_id,
+                client_host=cm.client_host, rebalance_timeout_ms=cm.rebalance_timeout_ms,
+                subscribed_names=subscription.topics,
+                current=CurrentAssignment(classic.generation_id, classic.generation_id, STABLE, assigned, {}),
+                classic=ClassicMetadata(cm.session_timeout_ms, cm.protocols))
+            member.session_deadline_ms = now + cm.session_timeout_ms
+            group.target[cm.member_id] = dict(assigned)
+            group.add_member(member)
+        group.resolve_regexes(topics)
+        group.metadata_signature = group._signature(topics)
+        return group
+
+    async def _maybe_downgrade(self, group: ConsumerGroup, leaving_id: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember and convertToClassicGroup: when the last
+        member of the consumer protocol goes and classic members remain, the group becomes a
+        classic group again (Stable at the group epoch, each member's target assignment as its
+        assignment) and rebalances. True if it did."""
+        if not group.all_classic_except(leaving_id) or len(group.members) <= 1:
+            return False
+        gid = group.group_id
+        if not self._migration("downgrade"):
+            log.info("consumer group not downgraded", group=gid, reason="the online downgrade is disabled")
+            return False
+        if len(group.members) - 1 > self.broker_config["group.max.size"]:
+            log.info("consumer group not downgraded", group=gid,
+                     reason="its size is greater than the classic group max size")
+            return False
+        remaining = [m for m in group.members.values() if m.member_id != leaving_id and m.classic is not None]
+        names = {t.topic_id: name for name, t in self.topics.by_name.items()}
+        supported = set.intersection(*(set(m.classic.names()) for m in remaining if m.classic is not None))
+        votes: dict[str, int] = {}
+        for m in remaining:
+            assert m.classic is not None
+            vote = next(name for name, _ in m.classic.protocols if name in supported)
+            votes[vote] = votes.get(vote, 0) + 1
+        protocol = max(sorted(votes), key=lambda n: votes[n])
+        members = []
+        for m in remaining:
+            assert m.classic is not None
+            metadata = dict(m.classic.protocols)[protocol]
+            target = group.target.get(m.member_id, {})
+            assignment = encode_assignment(((names[tid], ps) for tid, ps in target.items() if tid in names),
+                                           m.classic.assignment_version())
+            members.append(crec.MemberSnapshot(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                               m.rebalance_timeout_ms, m.classic.session_timeout_ms, metadata,
+                                               assignment))
+        snapshot = crec.GroupSnapshot(CONSUMER_PROTOCOL_TYPE, group.epoch, protocol, remaining[0].member_id,
+                                      int(time.time() * 1000), tuple(members))
+        persisted = self._persisted.get(gid) or _Persisted()
+        records = rec.group_tombstones(gid, sorted(persisted.members), sorted(persisted.regexes))
+        # Out of this coordinator and into the classic one in the same step as the append.
+        del self.groups[gid]
+        self._persisted.pop(gid, None)
+        records += self.classic.adopt(gid, snapshot, {m.member_id: m.classic.protocols for m in remaining
+                                                      if m.classic is not None})
+        log.info("consumer group downgraded to a classic group", group=gid, leaving=leaving_id,
+                 members=len(remaining), protocol=protocol, generation=group.epoch)
+        await self.group_log.append(gid, records)
+        self.classic.rebalance(gid)
+        return True
+
+    # -- members of the classic protocol ---------------------------------------------------------
+
+    async def classic_join(self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                           client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                           protocols: tuple[tuple[str, bytes], ...], version: int) -> JoinResult:
+        """JoinGroup to a consumer group. An empty consumer group is deleted and the join goes to
+        the classic coordinator (Kafka replaces it by a classic group)."""
+        if not self.classic.session_timeout_allowed(session_timeout_ms):
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        async with self._serialized(group_id):
+            group = self.groups.get(group_id)
+            if group is not None and not group.members:
+                await self._delete(group)
+                log.info("empty consumer group replaced by a classic group", group=group_id)
+                group = None
+            if group is None:
+                classic_args = dict(group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
+                                    client_id=client_id, client_host=client_host,
+                                    session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+                                    protocol_type=protocol_type, protocols=protocols, version=version)
+            else:
+                return await self._classic_join(group, ClassicJoin(
+                    member_id or str(uuid.uuid4()), group_instance_id, protocol_type, protocols, session_timeout_ms,
+                    rebalance_timeout_ms, client_id, client_host, unknown_member=not member_id), version)
+        return await self.classic.join(**classic_args)  # type: ignore[arg-type]
+
+    async def _classic_join(self, group: ConsumerGroup, req: ClassicJoin, version: int) -> JoinResult:
+        settings = self.settings(group.group_id)
+        now = self.clock.monotonic_ms()
+        try:
+            if req.unknown_member and req.instance_id is None and version >= 4:
+                group.check_classic_join(req, settings)
+                return JoinResult(ErrorCode.member_id_required, req.member_id)  # rejoin with this id
+            member = group.classic_join(req, self._all_topics(), now, settings)
+        except KafkaError as exc:
+            log.info("join group refused", group=group.group_id, member=req.member_id, error=exc.code.name,
+                     message=exc.message)
+            return JoinResult(exc.code, "" if req.unknown_member else req.member_id)
+        group.arm_revocation_timers(now)
+        log.info("consumer group classic member joined", group=group.group_id, member=member.member_id,
+                 instance=member.instance_id, epoch=member.epoch, group_epoch=group.epoch)
+        await self.persist(group)
+        assert member.classic is not None
+        return JoinResult(ErrorCode.none, member.member_id, member.epoch, CONSUMER_PROTOCOL_TYPE,
+                          member.classic.protocol_name)
+
+    async def classic_sync(self, *, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                           protocol_type: str | None, protocol_name: str | None) -> SyncResult:
+        """SyncGroup from a member of the classic protocol: its current assignment, encoded in its
+        subscription's version (nothing persisted)."""
+        async with self._serialized(group_id):
+            group = self.groups.get(group_id)
+            if group is None:
+                return SyncResult(ErrorCode.unknown_member_id)
+            try:
+                member = group.classic_sync(member_id, group_instance_id, generation_id, protocol_type, protocol_name,
+                                            self.clock.monotonic_ms())
+            except KafkaError as exc:
+                return SyncResult(exc.code)
+            assert member.classic is not None
+            names = {t.topic_id: name for name, t in self.topics.by_name.items()}
+            assignment = encode_assignment(((names[tid], ps) for tid, ps in member.current.assigned.items()
+                                            if tid in names), member.classic.assignment_version())
+            return SyncResult(ErrorCode.none, protocol_type, protocol_name, assignment)
+
+    def classic_heartbeat(self, *, group_id: str, member_id: str, group_instance_id: str | None,
+                          generation_id: int) -> ErrorCode:
+        """Heartbeat from a member of the classic protocol (its session; REBALANCE_IN_PROGRESS to rejoin)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        try:
+            return group.classic_heartbeat(member_id, group_instance_id, generation_id, self.clock.monotonic_ms())
+        except KafkaError as exc:
+            return exc.code
+
+    async def classic_leave(self, group_id: str, identities: list[tuple[str, str | None]]
+                            ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """LeaveGroup for members of the classic protocol of a consumer group."""
+        async with self._serialized(group_id):
+            group = self.groups.get(group_id)
+            if group is None:
+                return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in identities]
+            results = group.classic_leave(identities, self._all_topics(), self.assignors()[0])
+            for member_id, _instance, code in results:
+                if code == ErrorCode.none:
+                    log.info("consumer group classic member left", group=group_id, member=member_id)
+            await self.persist(group)
+            return ErrorCode.none, results
 
     # -- offsets (validation only; the offset store is shared with classic groups) ----------------
 
@@ -348,10 +573,13 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
-        if not transactional and version < 9:
+        if not transactional and version < 9 and member.classic is None:
             return ErrorCode.unsupported_version, ("OffsetCommit version 9 or above must be used by members using "
                                                    "the modern group protocol")
         if member_epoch != member.epoch:
+            if member.classic is not None:
+                return ErrorCode.illegal_generation, (f"The received generation id {member_epoch} does not match "
+                                                      f"the expected member epoch {member.epoch}.")
             return ErrorCode.stale_member_epoch, (f"The received member epoch {member_epoch} does not match the "
                                                   f"expected member epoch {member.epoch}.")
         return None
@@ -394,7 +622,7 @@ class ConsumerGroupCoordinator:
                              "subscribed_topic_regex": m.subscribed_regex,
                              "assignment": topic_partitions(m.current.assigned),
                              "target_assignment": topic_partitions(group.target.get(m.member_id, {})),
-                             "member_type": 1}  # 1 = consumer protocol (0 = classic)
+                             "member_type": 0 if m.classic is not None else 1}  # 0 = classic, 1 = consumer protocol
                             for m in group.members.values()]}
 
     def listing(self) -> list[tuple[str, str, str, str]]:
@@ -408,17 +636,44 @@ class ConsumerGroupCoordinator:
                 return ErrorCode.group_id_not_found, f"Group {group_id} not found."
             if group.members:
                 return ErrorCode.non_empty_group, f"Group {group_id} is not empty."
-            persisted = self._persisted.get(group_id) or _Persisted()
-            records = rec.group_tombstones(group_id, sorted(persisted.members), sorted(persisted.regexes))
-            del self.groups[group_id]  # gone in the same step as the tombstones, for compaction
-            try:
-                await self.group_log.append(group_id, records)
-            except Exception:
-                self.groups[group_id] = group
-                raise
-            self._persisted.pop(group_id, None)
+            await self._delete(group)
             log.info("consumer group deleted", group=group_id)
             return ErrorCode.none, None
+
+    async def _delete(self, group: ConsumerGroup, first: list[Record] | None = None) -> None:
+        """Tombstone an empty group (after `first`, e.g. its expired offsets) and forget it."""
+        group_id = group.group_id
+        persisted = self._persisted.get(group_id) or _Persisted()
+        records = list(first or ()) + rec.group_tombstones(group_id, sorted(persisted.members),
+                                                           sorted(persisted.regexes))
+        del self.groups[group_id]  # gone in the same step as the tombstones, for compaction
+        try:
+            await self.group_log.append(group_id, records)
+        except Exception:
+            self.groups[group_id] = group
+            raise
+        self._persisted.pop(group_id, None)
+
+    async def expire_offsets(self, now_wall_ms: int) -> None:
+        """Kafka's offset expiry for consumer groups: committed offsets of topics no member
+        subscribes to expire `offsets.retention.minutes` after their commit; an empty group left
+        without offsets is deleted (GroupCoordinatorShard.cleanupGroupMetadata)."""
+        for group_id in list(self.groups):
+            async with self._serialized(group_id):
+                group = self.groups.get(group_id)
+                if group is None:
+                    continue
+                subscribed = group.subscribed_topic_names()
+                records, all_expired = self.classic.expire_unsubscribed(
+                    group_id, subscribed.__contains__, lambda c: c.commit_timestamp_ms, now_wall_ms)
+                if records:
+                    log.info("consumer group offsets expired", group=group_id, partitions=len(records))
+                if all_expired and not group.members:
+                    self.classic.offsets.pop(group_id, None)
+                    await self._delete(group, records)
+                    log.info("consumer group expired", group=group_id)
+                elif records:
+                    await self.group_log.append(group_id, records)
 
     async def topic_deleted(self) -> None:
         """Recompute at once rather than at the next sweep."""

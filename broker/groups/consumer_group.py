@@ -7,7 +7,13 @@ in Kafka 4.x): a change of membership, subscription or subscribed-topic metadata
 epoch; the target assignment is recomputed when it is behind the group epoch; a member moves to a
 new epoch only after it has revoked (no longer reports owning) what it must give up, and receives a
 partition only once its previous owner has released it. A member that does not revoke within its
-rebalance timeout, or does not heartbeat within the session timeout, is fenced (removed)."""
+rebalance timeout, or does not heartbeat within the session timeout, is fenced (removed).
+
+Members of the classic protocol live here too once a classic group is upgraded (KIP-848's online
+migration): they join with JoinGroup (their ConsumerProtocolSubscription gives the topics and what
+they own), collect the assignment with SyncGroup, and learn of a new epoch from Heartbeat's
+REBALANCE_IN_PROGRESS; they must rejoin within the rebalance timeout once told, and sync within it
+once joined."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.groups.assignors import MemberSubscription, assign
+from sharebroker.broker.groups.consumer_protocol import decode_subscription, version_of
 from sharebroker.broker.groups.share_group import Assignment, TopicInfo
 from sharebroker.protocol.errors import KafkaError
 
@@ -29,6 +36,7 @@ MEMBER_STATE_NAMES = {STABLE: "STABLE", UNREVOKED_PARTITIONS: "UNREVOKED_PARTITI
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 # Group states (ConsumerGroupState)
 EMPTY, ASSIGNING, RECONCILING, GROUP_STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
+CONSUMER_PROTOCOL_TYPE = "consumer"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 Owned = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
@@ -44,6 +52,41 @@ class CurrentAssignment:
     pending_revocation: Assignment = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a member of the classic protocol sent in its JoinGroup (Kafka's ClassicMemberMetadata)."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, ConsumerProtocolSubscription), preferred first
+
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0]
+
+    def names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.protocols)
+
+    def assignment_version(self) -> int:
+        """SyncGroup answers in the version of the member's own subscription."""
+        try:
+            return version_of(self.protocols[0][1])
+        except ValueError:
+            return 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoin:
+    """A JoinGroup of a classic member to a consumer group; `member_id` is already allocated."""
+    member_id: str
+    instance_id: str | None
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str = ""
+    client_host: str = ""
+    unknown_member: bool = False  # the request named no member id
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -56,16 +99,22 @@ class ConsumerMember:
     subscribed_names: tuple[str, ...] = ()
     subscribed_regex: str | None = None
     current: CurrentAssignment = field(default_factory=CurrentAssignment)
+    classic: ClassicMetadata | None = None  # set for a member of the classic protocol
     session_deadline_ms: int = 0
     revocation_deadline: tuple[int, int] | None = None  # (deadline, epoch it must leave by then)
+    join_deadline_ms: int | None = None  # classic member told to rejoin must do so by then
+    sync_deadline_ms: int | None = None  # classic member that joined must sync by then
 
     @property
     def epoch(self) -> int:
         return self.current.epoch
 
+    def session_timeout_ms(self, settings: ConsumerSettings) -> int:
+        return self.classic.session_timeout_ms if self.classic is not None else settings.session_timeout_ms
+
     def metadata_signature(self) -> tuple:
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.rebalance_timeout_ms,
-                self.server_assignor, self.subscribed_names, self.subscribed_regex)
+                self.server_assignor, self.subscribed_names, self.subscribed_regex, self.classic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,14 +333,11 @@ class ConsumerGroup:
             if existing.member_id == hb.member_id:
                 _check_epoch(existing, hb)
                 return existing, None
-            if existing.epoch != STATIC_LEAVE_EPOCH:
+            if existing.classic is None and existing.epoch != STATIC_LEAVE_EPOCH:
                 raise KafkaError(ErrorCode.unreleased_instance_id,
                                  f"Static member {hb.member_id} with instance id {hb.instance_id} cannot join the "
                                  f"group because the instance id is owned by {existing.member_id} member.")
-            # Take over the departed static member: its assignment, at epoch 0.
-            replacement = replace(existing, member_id=hb.member_id,
-                                  current=replace(existing.current, epoch=0, previous_epoch=0))
-            return replacement, existing
+            return self._static_replacement(existing, hb.member_id), existing
         if existing is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.")
         if existing.member_id != hb.member_id:
@@ -317,6 +363,7 @@ class ConsumerGroup:
         if hb.server_assignor is not None:
             member.server_assignor = hb.server_assignor
         member.client_id, member.client_host = hb.client_id, hb.client_host
+        member.classic = None  # a static member of the classic protocol replaced by one of the consumer protocol
         # Only a subscription change bumps the group epoch (Kafka's hasMemberSubscriptionChanged);
         # topic metadata changes are caught by `refresh`.
         bump = False
@@ -326,12 +373,7 @@ class ConsumerGroup:
         if hb.subscribed_regex is not None and (hb.subscribed_regex or None) != member.subscribed_regex:
             member.subscribed_regex = hb.subscribed_regex or None
             bump = True
-        if replaced is not None:
-            target = self.target.pop(replaced.member_id, None)
-            self.remove_member(replaced.member_id)
-            self.target[member.member_id] = target if target is not None else dict(member.current.assigned)
-        if member.member_id not in self.members:
-            self.add_member(member)
+        self._install(member, replaced)
         self.refresh(topics, settings.assignors[0], bump=bump)
         self.reconcile(member, hb.owned)
         member.session_deadline_ms = now_ms + settings.session_timeout_ms
@@ -339,6 +381,20 @@ class ConsumerGroup:
                                         and hb.owned is not None)
         send = full or _sorted_assignment(before.assigned) != _sorted_assignment(member.current.assigned)
         return HeartbeatReply(member.member_id, member.epoch, dict(member.current.assigned) if send else None)
+
+    @staticmethod
+    def _static_replacement(existing: ConsumerMember, member_id: str) -> ConsumerMember:
+        """A new member id takes over a static member: its assignment, at epoch 0."""
+        return replace(existing, member_id=member_id, current=replace(existing.current, epoch=0, previous_epoch=0),
+                       revocation_deadline=None, join_deadline_ms=None, sync_deadline_ms=None)
+
+    def _install(self, member: ConsumerMember, replaced: ConsumerMember | None) -> None:
+        if replaced is not None:
+            target = self.target.pop(replaced.member_id, None)
+            self.remove_member(replaced.member_id)
+            self.target[member.member_id] = target if target is not None else dict(member.current.assigned)
+        if member.member_id not in self.members:
+            self.add_member(member)
 
     def reconcile(self, member: ConsumerMember, owned: Owned | None) -> None:
         target = self.target.get(member.member_id, {})
@@ -379,6 +435,185 @@ class ConsumerGroup:
             return HeartbeatReply(existing_id, STATIC_LEAVE_EPOCH, None)
         self.fence(existing_id, topics, default_assignor)
         return HeartbeatReply(hb.member_id, hb.member_epoch, None)
+
+    # -- members of the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ------------
+
+    def classic_member_count(self) -> int:
+        return sum(1 for m in self.members.values() if m.classic is not None)
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """True if every member but `member_id` uses the classic protocol and `member_id` does not."""
+        leaving = self.members.get(member_id)
+        return (leaving is not None and leaving.classic is None
+                and self.classic_member_count() == len(self.members) - 1)
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's ConsumerGroup.supportsClassicProtocols: the consumer protocol type, and one
+        protocol every classic member supports."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return False
+        if not self.members:
+            return bool(names)
+        n = self.classic_member_count()
+        return any(sum(1 for m in self.members.values() if m.classic is not None and name in m.classic.names()) == n
+                   for name in names)
+
+    def _classic_member_for(self, req: ClassicJoin) -> tuple[ConsumerMember, ConsumerMember | None]:
+        if req.instance_id is None:
+            return self.members.get(req.member_id) or ConsumerMember(req.member_id), None
+        existing_id = self.static_members.get(req.instance_id)
+        existing = self.members.get(existing_id) if existing_id is not None else None
+        if req.unknown_member:
+            if existing is None:
+                return ConsumerMember(req.member_id), None
+            return self._static_replacement(existing, req.member_id), existing
+        if existing is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+        if existing.member_id != req.member_id:
+            raise KafkaError(ErrorCode.fenced_instance_id,
+                             f"Static member {req.member_id} with instance id {req.instance_id} was fenced by member "
+                             f"{existing.member_id}.")
+        return existing, None
+
+    def check_classic_join(self, req: ClassicJoin, settings: ConsumerSettings) -> None:
+        """What Kafka checks before anything else, even before asking for a known member id."""
+        if len(self.members) >= settings.max_size and req.member_id not in self.members:
+            raise KafkaError(ErrorCode.group_max_size_reached, "The consumer group has reached its maximum capacity "
+                             f"of {settings.max_size} members.")
+        if not req.protocols or not self.supports_classic_protocols(req.protocol_type, {n for n, _ in req.protocols}):
+            raise KafkaError(ErrorCode.inconsistent_group_protocol, f"Member {req.member_id}'s protocols are not "
+                             "supported.")
+
+    def classic_join(self, req: ClassicJoin, topics: Mapping[str, TopicInfo], now_ms: int,
+                     settings: ConsumerSettings) -> ConsumerMember:
+        """Kafka's classicGroupJoinToConsumerGroup: the member is answered at once with its member
+        epoch as the generation; what it owns comes from its subscription's owned partitions."""
+        self.check_classic_join(req, settings)
+        try:
+            subscription = decode_subscription(req.protocols[0][1])
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol, f"Member {req.member_id}'s subscription does not "
+                             f"parse: {exc}.") from None
+        member, replaced = self._classic_member_for(req)
+        if req.instance_id is not None:
+            member.instance_id = req.instance_id
+        if subscription.rack_id is not None:
+            member.rack_id = subscription.rack_id
+        if req.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.client_id, member.client_host = req.client_id, req.client_host
+        member.classic = ClassicMetadata(req.session_timeout_ms, req.protocols)
+        bump = subscription.topics != member.subscribed_names or member.subscribed_regex is not None
+        member.subscribed_names, member.subscribed_regex = subscription.topics, None
+        self._install(member, replaced)
+        self.refresh(topics, settings.assignors[0], bump=bump)
+        owned = tuple((topics[name].topic_id, parts) for name, parts in subscription.owned_partitions if name in topics)
+        self.reconcile(member, owned)
+        member.session_deadline_ms = now_ms + req.session_timeout_ms
+        member.join_deadline_ms = None
+        member.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+        return member
+
+    def classic_member(self, member_id: str, instance_id: str | None) -> ConsumerMember:
+        """Kafka's validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol."""
+        if instance_id is None:
+            member = self.members.get(member_id)
+            if member is None:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {member_id} is not a member of group {self.group_id}.")
+        else:
+            existing_id = self.static_members.get(instance_id)
+            member = self.members.get(existing_id) if existing_id is not None else None
+            if member is None:
+                raise KafkaError(ErrorCode.unknown_member_id, f"Member with instance id {instance_id} is not a member "
+                                 f"of group {self.group_id}.")
+            if member.member_id != member_id:
+                raise KafkaError(ErrorCode.fenced_instance_id,
+                                 f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                                 f"{member.member_id}.")
+        if member.classic is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"Member {member.member_id} does not use the classic "
+                             "protocol.")
+        return member
+
+    def _check_generation(self, member: ConsumerMember, generation_id: int) -> None:
+        if generation_id != member.epoch:
+            raise KafkaError(ErrorCode.illegal_generation, f"The request generation id {generation_id} is not equal "
+                             f"to the member epoch {member.epoch} of member {member.member_id}.")
+
+    def _ask_rejoin(self, member: ConsumerMember, now_ms: int) -> None:
+        if member.join_deadline_ms is None:
+            member.join_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+
+    def classic_sync(self, member_id: str, instance_id: str | None, generation_id: int, protocol_type: str | None,
+                     protocol_name: str | None, now_ms: int) -> ConsumerMember:
+        """Kafka's classicGroupSyncToConsumerGroup: the member collects its current assignment."""
+        member = self.classic_member(member_id, instance_id)
+        self._check_generation(member, generation_id)
+        assert member.classic is not None
+        if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                             f"The protocol type {protocol_type} from member {member_id} request is not equal to the "
+                             f"group protocol type {CONSUMER_PROTOCOL_TYPE}.")
+        if protocol_name is not None and protocol_name != member.classic.protocol_name:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                             f"The protocol name {protocol_name} from member {member_id} request is not equal to the "
+                             f"protocol name {member.classic.protocol_name} returned in the join response.")
+        if self.epoch > member.epoch and member.current.state != UNREVOKED_PARTITIONS:
+            self._ask_rejoin(member, now_ms)
+            raise KafkaError(ErrorCode.rebalance_in_progress, f"A new rebalance is triggered in group {self.group_id} "
+                             f"and member {member_id} should rejoin to catch up.")
+        member.sync_deadline_ms = None
+        member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        return member
+
+    def waiting_on_unreleased_partition(self, member: ConsumerMember) -> bool:
+        """A partition of the member's target that it lacks is still owned by another member."""
+        for tid, parts in self.target.get(member.member_id, {}).items():
+            have = member.current.assigned.get(tid, frozenset())
+            if any(p not in have and self.owner_epoch(tid, p) != -1 for p in parts):
+                return True
+        return False
+
+    def classic_heartbeat(self, member_id: str, instance_id: str | None, generation_id: int,
+                          now_ms: int) -> ErrorCode:
+        """Kafka's classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS when the member must
+        rejoin (a newer group epoch, partitions to revoke, or its awaited partitions are free)."""
+        member = self.classic_member(member_id, instance_id)
+        self._check_generation(member, generation_id)
+        assert member.classic is not None
+        member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
+        state = member.current.state
+        if (member.epoch < self.epoch or state == UNREVOKED_PARTITIONS
+                or (state == UNRELEASED_PARTITIONS and not self.waiting_on_unreleased_partition(member))):
+            self._ask_rejoin(member, now_ms)
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def classic_leave(self, identities: list[tuple[str, str | None]], topics: Mapping[str, TopicInfo],
+                      default_assignor: str) -> list[tuple[str, str | None, ErrorCode]]:
+        """Kafka's classicGroupLeaveToConsumerGroup: members of the classic protocol leave (by id,
+        or by instance id alone); one result per identity, and one epoch bump for them all."""
+        results: list[tuple[str, str | None, ErrorCode]] = []
+        removed = False
+        for member_id, instance_id in identities:
+            try:
+                if instance_id is None:
+                    member = self.classic_member(member_id, None)
+                else:
+                    existing_id = self.static_members.get(instance_id)
+                    if existing_id is None:
+                        raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
+                    member = self.classic_member(member_id or existing_id, instance_id)
+            except KafkaError as exc:
+                results.append((member_id, instance_id, exc.code))
+                continue
+            self.remove_member(member.member_id)
+            removed = True
+            results.append((member.member_id, instance_id, ErrorCode.none))
+        if removed:
+            self.refresh(topics, default_assignor, bump=True)
+        return results
 
     # -- metadata and target assignment ----------------------------------------------------------
 
@@ -427,6 +662,10 @@ class ConsumerGroup:
         for m in self.members.values():
             if m.session_deadline_ms <= now_ms:
                 out.append((m.member_id, "session timeout"))
+            elif m.join_deadline_ms is not None and m.join_deadline_ms <= now_ms:
+                out.append((m.member_id, "did not rejoin within the rebalance timeout"))
+            elif m.sync_deadline_ms is not None and m.sync_deadline_ms <= now_ms:
+                out.append((m.member_id, "did not sync within the rebalance timeout"))
             elif (m.revocation_deadline is not None and m.revocation_deadline[0] >= 0
                   and m.revocation_deadline[0] <= now_ms and m.current.epoch == m.revocation_deadline[1]
                   and m.current.state == UNREVOKED_PARTITIONS):

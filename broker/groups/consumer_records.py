@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sharebroker.broker.groups.consumer_group import ClassicMetadata
 from sharebroker.protocol.primitives import Reader, Writer
 
 if TYPE_CHECKING:
@@ -76,8 +77,43 @@ def member_metadata(group_id: str, m: ConsumerMember) -> Record:
     w.compact_str(m.subscribed_regex)
     w.i32(m.rebalance_timeout_ms)
     w.compact_str(m.server_assignor)
-    w.no_tags()  # ClassicMemberMetadata (tag 0) is absent: the member uses the consumer protocol
+    if m.classic is None:
+        w.no_tags()  # ClassicMemberMetadata (tag 0) is absent: the member uses the consumer protocol
+    else:
+        classic = _classic_member_metadata(m.classic)
+        w.uvarint(1)
+        w.uvarint(0)
+        w.uvarint(len(classic))
+        w.out += classic
     return key(MEMBER_METADATA, group_id, m.member_id), bytes(w.out)
+
+
+def _classic_member_metadata(c: ClassicMetadata) -> bytes:
+    """The nullable struct of tag 0: a presence byte, then SessionTimeoutMs and SupportedProtocols."""
+    w = Writer()
+    w.i8(1)
+    w.i32(c.session_timeout_ms)
+    w.compact_len(len(c.protocols))
+    for name, metadata in c.protocols:
+        w.compact_str(name)
+        w.uvarint(len(metadata) + 1)
+        w.out += metadata
+        w.no_tags()
+    w.no_tags()
+    return bytes(w.out)
+
+
+def _read_classic_member_metadata(data: bytes) -> ClassicMetadata | None:
+    r = Reader(data)
+    if r.i8() < 0:
+        return None
+    session = r.i32()
+    protocols = []
+    for _ in range(r.compact_len()):
+        name = r.compact_str() or ""
+        protocols.append((name, r.bytes_(flexible=True) or b""))
+        r.skip_tags()
+    return ClassicMetadata(session, tuple(protocols))
 
 
 def target_metadata(group_id: str, assignment_epoch: int) -> Record:
@@ -162,6 +198,7 @@ def decode(k: bytes, value: bytes | None) -> Decoded:
                       client_host=v.compact_str() or "")
         fields["subscribed_names"] = tuple(s or "" for s in (v.compact_str() for _ in range(v.compact_len())))
         fields.update(subscribed_regex=v.compact_str(), rebalance_timeout_ms=v.i32(), server_assignor=v.compact_str())
+        fields["classic"] = next((_read_classic_member_metadata(raw) for tag, raw in v.tags() if tag == 0), None)
     elif record_type == TARGET_METADATA:
         fields["assignment_epoch"] = v.i32()
     elif record_type == TARGET_MEMBER:

@@ -81,12 +81,6 @@ def test_group_metadata_v0_and_v4_decode() -> None:
                                       (crec.MemberSnapshot("m", "i", "c", "/h", 100, 200, b"s", b"a"),))
 
 
-def test_consumer_subscription_topics() -> None:
-    meta = struct.pack(">hi", 3, 2) + _s("a") + _s("b") + struct.pack(">i", -1)
-    assert crec.consumer_subscription_topics(meta) == ["a", "b"]
-    assert crec.consumer_subscription_topics(b"\x00") is None
-
-
 def test_records_live_in_the_groups_offsets_partition_and_survive_a_batch() -> None:
     assert offsets_partition("my-group", 50) == offsets_partition("my-group", 50)
     pairs = [(crec.offset_commit_key("g", "t", 0), crec.offset_commit_value(crec.CommittedOffset(1))),

@@ -172,7 +172,7 @@ def test_records_round_trip() -> None:
     assert (d.record_type, d.group_id, d.second) == (rec.MEMBER_METADATA, "g", "m1")
     assert d.fields == {"instance_id": "i", "rack_id": None, "client_id": "c", "client_host": "/h",
                         "subscribed_names": ("a", "b"), "subscribed_regex": "x.*", "rebalance_timeout_ms": 5,
-                        "server_assignor": "range"}
+                        "server_assignor": "range", "classic": None}
     c = CurrentAssignment(4, 3, UNREVOKED_PARTITIONS, {T1: frozenset({1})}, {T2: frozenset({0, 2})})
     assert rec.decode(*rec.current_assignment("g", "m1", c)).fields == {
         "epoch": 4, "previous_epoch": 3, "state": 1, "assigned": {T1: frozenset({1})},
