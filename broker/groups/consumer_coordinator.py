@@ -423,21 +423,30 @@ class ConsumerGroupCoordinator:
         group.metadata_signature = group._signature(topics)
         return group
 
-    async def _maybe_downgrade(self, group: ConsumerGroup, leaving_id: str) -> bool:
-        """Kafka's validateOnlineDowngradeWithFencedMember and convertToClassicGroup: when the last
-        member of the consumer protocol goes and classic members remain, the group becomes a
-        classic group again (Stable at the group epoch, each member's target assignment as its
-        assignment) and rebalances. True if it did."""
-        if not group.all_classic_except(leaving_id) or len(group.members) <= 1:
-            return False
-        gid = group.group_id
+    def _downgrade_allowed(self, group: ConsumerGroup, members_after: int) -> bool:
         if not self._migration("downgrade"):
-            log.info("consumer group not downgraded", group=gid, reason="the online downgrade is disabled")
+            log.info("consumer group not downgraded", group=group.group_id, reason="the online downgrade is disabled")
             return False
-        if len(group.members) - 1 > self.broker_config["group.max.size"]:
-            log.info("consumer group not downgraded", group=gid,
+        if members_after > self.broker_config["group.max.size"]:
+            log.info("consumer group not downgraded", group=group.group_id,
                      reason="its size is greater than the classic group max size")
             return False
+        return True
+
+    async def _maybe_downgrade(self, group: ConsumerGroup, leaving_id: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember: when the last member of the consumer
+        protocol goes (leaves or is fenced) and classic members remain, the group becomes a
+        classic group again and rebalances. True if it did."""
+        if (not group.all_classic_except(leaving_id) or len(group.members) <= 1
+                or not self._downgrade_allowed(group, len(group.members) - 1)):
+            return False
+        await self._convert_to_classic(group, leaving_id, rebalance=True)
+        return True
+
+    async def _convert_to_classic(self, group: ConsumerGroup, leaving_id: str | None, *, rebalance: bool) -> None:
+        """Kafka's convertToClassicGroup: a classic group Stable at the group epoch, every remaining
+        member with its target assignment in the protocol they all support; the consumer group's
+        tombstones and the classic group's record go in one append."""
         remaining = [m for m in group.members.values() if m.member_id != leaving_id and m.classic is not None]
         names = {t.topic_id: name for name, t in self.topics.by_name.items()}
         supported = set.intersection(*(set(m.classic.names()) for m in remaining if m.classic is not None))
@@ -450,15 +459,15 @@ class ConsumerGroupCoordinator:
         members = []
         for m in remaining:
             assert m.classic is not None
-            metadata = dict(m.classic.protocols)[protocol]
             target = group.target.get(m.member_id, {})
             assignment = encode_assignment(((names[tid], ps) for tid, ps in target.items() if tid in names),
                                            m.classic.assignment_version())
             members.append(crec.MemberSnapshot(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                               m.rebalance_timeout_ms, m.classic.session_timeout_ms, metadata,
-                                               assignment))
+                                               m.rebalance_timeout_ms, m.classic.session_timeout_ms,
+                                               dict(m.classic.protocols)[protocol], assignment))
         snapshot = crec.GroupSnapshot(CONSUMER_PROTOCOL_TYPE, group.epoch, protocol, remaining[0].member_id,
                                       int(time.time() * 1000), tuple(members))
+        gid = group.group_id
         persisted = self._persisted.get(gid) or _Persisted()
         records = rec.group_tombstones(gid, sorted(persisted.members), sorted(persisted.regexes))
         # Out of this coordinator and into the classic one in the same step as the append.
@@ -469,8 +478,8 @@ class ConsumerGroupCoordinator:
         log.info("consumer group downgraded to a classic group", group=gid, leaving=leaving_id,
                  members=len(remaining), protocol=protocol, generation=group.epoch)
         await self.group_log.append(gid, records)
-        self.classic.rebalance(gid)
-        return True
+        if rebalance:
+            self.classic.rebalance(gid)
 
     # -- members of the classic protocol ---------------------------------------------------------
 
@@ -505,6 +514,11 @@ class ConsumerGroupCoordinator:
             if req.unknown_member and req.instance_id is None and version >= 4:
                 group.check_classic_join(req, settings)
                 return JoinResult(ErrorCode.member_id_required, req.member_id)  # rejoin with this id
+            # Kafka's validateOnlineDowngradeWithReplacedMemberId: a classic static member taking
+            # over the last member of the consumer protocol turns the group back into a classic one.
+            replaced = group.static_members.get(req.instance_id) if req.instance_id is not None else None
+            downgrade = (replaced is not None and req.unknown_member and group.all_classic_except(replaced)
+                         and self._downgrade_allowed(group, len(group.members)))
             member = group.classic_join(req, self._all_topics(), now, settings)
         except KafkaError as exc:
             log.info("join group refused", group=group.group_id, member=req.member_id, error=exc.code.name,
@@ -513,7 +527,10 @@ class ConsumerGroupCoordinator:
         group.arm_revocation_timers(now)
         log.info("consumer group classic member joined", group=group.group_id, member=member.member_id,
                  instance=member.instance_id, epoch=member.epoch, group_epoch=group.epoch)
-        await self.persist(group)
+        if downgrade:
+            await self._convert_to_classic(group, None, rebalance=False)
+        else:
+            await self.persist(group)
         assert member.classic is not None
         return JoinResult(ErrorCode.none, member.member_id, member.epoch, CONSUMER_PROTOCOL_TYPE,
                           member.classic.protocol_name)

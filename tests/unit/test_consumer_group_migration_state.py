@@ -129,3 +129,33 @@ async def test_consumer_group_offsets_expire_and_the_empty_group_goes(tmp_path: 
 
     async with running_broker(tmp_path, SETTINGS) as b2:
         assert "g" not in b2.consumer_groups.groups and "g" not in b2.classic_groups.offsets
+
+
+async def test_classic_static_member_replacing_the_last_consumer_member_downgrades_without_rebalance(
+        tmp_path: Path) -> None:
+    async with running_broker(tmp_path, SETTINGS) as b:
+        b.topics.create("t", 4, {}, now_ms())
+        classic_member = await _classic_stable_group(b, "g", "t", 4)
+        hb = Heartbeat(member_id="c1", member_epoch=0, instance_id="i1", rebalance_timeout_ms=10_000,
+                       subscribed_names=("t",), owned=())
+        await b.consumer_groups._heartbeat("g", hb)
+        group = b.consumer_groups.groups["g"]
+        protocols = group.members[classic_member].classic.protocols  # type: ignore[union-attr]
+        # the static application restarts on the classic protocol under the same instance id
+        joined = await b.consumer_groups.classic_join(
+            group_id="g", member_id="", group_instance_id="i1", client_id="c", client_host="/127.0.0.1",
+            session_timeout_ms=10_000, rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=protocols,
+            version=5)
+        assert joined.error == ErrorCode.none and joined.member_id not in ("", "c1")
+        assert b.group_type("g") == "classic" and "g" not in b.consumer_groups.groups
+        classic = b.classic_groups.groups["g"]
+        assert classic.state == "Stable" and classic.generation_id == joined.generation_id == 2
+        assert set(classic.members) == {classic_member, joined.member_id}
+        assert classic.static_members == {"i1": joined.member_id}
+        # it takes over what c1 was to own, and collects it with SyncGroup from the classic group
+        synced = await b.classic_groups.sync(group_id="g", member_id=joined.member_id, group_instance_id="i1",
+                                             generation_id=2, protocol_type="consumer", protocol_name="range",
+                                             assignments={})
+        assert synced.error == ErrorCode.none
+        (topic, parts), = decode_assignment(synced.assignment)
+        assert topic == "t" and len(parts) == 2
