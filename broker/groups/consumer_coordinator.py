@@ -15,11 +15,12 @@ kind of group; this coordinator only validates a member's commit (member id and 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -70,6 +71,11 @@ class _Persisted:
     targets: dict[str, tuple] = field(default_factory=dict)
     currents: dict[str, tuple] = field(default_factory=dict)
     regexes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _random_member_id() -> str:
+    """Kafka's Uuid.randomUuid().toString(): 16 random bytes in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def _assignment_key(a: Assignment) -> tuple:
@@ -271,7 +277,7 @@ class ConsumerGroupCoordinator:
             client_id=conn.client_id or "", client_host=conn.client_host)
         validate_heartbeat(hb, version, body.group_id, self.assignors())
         if version == 0 and hb.member_epoch == 0 and hb.member_id == "":
-            hb = Heartbeat(**{**{f: getattr(hb, f) for f in hb.__slots__}, "member_id": str(uuid.uuid4())})
+            hb = replace(hb, member_id=_random_member_id())
         async with self._serialized(body.group_id):
             return await self._heartbeat(body.group_id, hb)
 
@@ -492,20 +498,17 @@ class ConsumerGroupCoordinator:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
         async with self._serialized(group_id):
             group = self.groups.get(group_id)
-            if group is not None and not group.members:
+            if group is not None and group.members:
+                return await self._classic_join(group, ClassicJoin(
+                    member_id or _random_member_id(), group_instance_id, protocol_type, protocols, session_timeout_ms,
+                    rebalance_timeout_ms, client_id, client_host, unknown_member=not member_id), version)
+            if group is not None:
                 await self._delete(group)
                 log.info("empty consumer group replaced by a classic group", group=group_id)
-                group = None
-            if group is None:
-                classic_args = dict(group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
-                                    client_id=client_id, client_host=client_host,
-                                    session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
-                                    protocol_type=protocol_type, protocols=protocols, version=version)
-            else:
-                return await self._classic_join(group, ClassicJoin(
-                    member_id or str(uuid.uuid4()), group_instance_id, protocol_type, protocols, session_timeout_ms,
-                    rebalance_timeout_ms, client_id, client_host, unknown_member=not member_id), version)
-        return await self.classic.join(**classic_args)  # type: ignore[arg-type]
+        return await self.classic.join(group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
+                                       client_id=client_id, client_host=client_host,
+                                       session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+                                       protocol_type=protocol_type, protocols=protocols, version=version)
 
     async def _classic_join(self, group: ConsumerGroup, req: ClassicJoin, version: int) -> JoinResult:
         settings = self.settings(group.group_id)
