@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.java_compat import string_hash
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -122,15 +123,6 @@ NO_SUCH_USER = "Attempt to describe a user credential that does not exist: "
 DUPLICATE_USER = "Cannot describe SCRAM credentials for the same user twice in a single request: "
 
 
-def _java_string_hash(s: str) -> int:
-    """String.hashCode: over UTF-16 code units, in 32 bits."""
-    data = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h
-
-
 def java_hashmap_order(keys: Iterable[str]) -> list[str]:
     """Distinct `keys` in the order a java.util.HashMap<String, _> they were put into iterates them
     (by bucket of the final table, then insertion order), so the results list comes back in
@@ -141,7 +133,7 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
     for k in keys:
         if k not in order:
             order.append(k)
-    spread = {k: (h ^ (h >> 16)) for k in order for h in (_java_string_hash(k),)}
+    spread = {k: (h ^ (h >> 16)) for k in order for h in (string_hash(k) & 0xFFFFFFFF,)}
     capacity = 16
     bins: dict[int, int] = {}
     for size, k in enumerate(order, start=1):

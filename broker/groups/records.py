@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from sharebroker.broker.java_compat import partition_for_key
 from sharebroker.protocol.primitives import Reader, Writer
 
 MEMBER_METADATA, GROUP_METADATA, MEMBER_ASSIGNMENT, STATE_PARTITIONS = 10, 11, 14, 15
@@ -127,6 +128,4 @@ def decode(key: bytes, value: bytes | None) -> tuple[int, list[str], dict[str, A
 
 def offsets_partition(group_id: str, num_partitions: int) -> int:
     """Kafka's Utils.abs(groupId.hashCode) % offsets.topic.num.partitions."""
-    from sharebroker.broker.share_state.records import java_string_hash
-    h = java_string_hash(group_id)
-    return (0 if h == -(2**31) else abs(h)) % num_partitions
+    return partition_for_key(group_id, num_partitions)

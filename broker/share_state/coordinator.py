@@ -4,7 +4,8 @@
 Every state change is appended as a ShareSnapshot or ShareUpdate record (Kafka's formats) before
 the call returns, through the same segment log and flush policy as any topic; writes that arrive
 while an append is in flight share the next one (`share.coordinator.append.linger.ms` adds a
-wait). At start-up the topic is replayed into the in-memory store. Old records are pruned by
+wait). At start-up the topic is replayed into the in-memory store (records an older version
+placed on the wrong partition first, then moved: see `load`). Old records are pruned by
 moving the log start offset past the oldest snapshot still needed; keys that only took updates
 for a while get a fresh snapshot first, so the topic stays bounded under a steady workload."""
 
@@ -61,6 +62,11 @@ class ShareCoordinator:
         self._draining: set[int] = set()
         self._snapshot_offsets: dict[Key, int] = {}   # offset of each key's newest snapshot record
         self._snapshot_times: dict[Key, int] = {}
+        # Keys whose newest snapshot is in another partition than their own (written under the old
+        # placement): that partition and the snapshot's offset there, until a snapshot is moved.
+        self._misplaced: dict[Key, tuple[int, int]] = {}
+        self.relocation: asyncio.Task[int] | None = None  # moving those at start-up (`start`)
+        self._former: dict[Key, int] = {}  # keys with misplaced records at start-up -> where they are
         self._drainers: set[asyncio.Task[None]] = set()
         self._key_locks: dict[Key, asyncio.Lock] = {}
         self._key_users: dict[Key, int] = {}
@@ -77,47 +83,96 @@ class ShareCoordinator:
         return rec.state_partition(key[0], key[1], key[2], self.num_partitions)
 
     def load(self) -> None:
-        """Replay `__share_group_state` into memory; runs before the listener accepts requests."""
+        """Replay `__share_group_state` into memory; runs before the listener accepts requests.
+
+        A record found outside its key's partition (`_partition_for`) was written under the old
+        placement (a sign-bit mask instead of Kafka's Utils.abs). Every write since goes to the
+        key's own partition, so a misplaced record is older than every correctly placed record of
+        its key (but for the tombstones `delete` adds, which only remove what the placed records
+        then rebuild): when any exist, the misplaced ones are replayed first, then the placed ones,
+        so a stale record never wins whatever order the partitions come in. `start` then moves the
+        state of keys whose newest snapshot is still misplaced to their own partition."""
         topic = self.internal.get(STATE_TOPIC)
         if topic is None:
             return
         t0 = time.perf_counter()
-        count = 0
-        for partition in topic.partitions:
-            for off, key, value in read_records(partition.log):
-                try:
-                    self._replay(off, key, value)
-                except ValueError as exc:  # a record no writer of ours makes: skip it, say where
-                    log.error("unreadable share state record skipped", state_partition=partition.index,
-                              offset=off, error=str(exc))
-                    continue
-                count += 1
+        errors: list[tuple[int, int, str]] = []
+        count, misplaced = self._replay_pass(topic, misplaced=False, errors=errors)
+        if misplaced:  # an old data directory: start over in age order
+            self.store.states.clear()
+            self._snapshot_offsets.clear()
+            self._snapshot_times.clear()
+            self._misplaced.clear()
+            self._former.clear()
+            errors.clear()
+            misplaced, _ = self._replay_pass(topic, misplaced=True, errors=errors)
+            count, _ = self._replay_pass(topic, misplaced=False, errors=errors)
+            count += misplaced
+        for index, off, error in errors:  # a record no writer of ours makes: skipped, say where
+            log.error("unreadable share state record skipped", state_partition=index, offset=off, error=error)
         self.replay_ms = (time.perf_counter() - t0) * 1000
-        log.info("share state replayed", records=count, share_partitions=len(self.store.states),
-                 replay_ms=round(self.replay_ms, 1))
+        log.info("share state replayed", records=count, misplaced_records=misplaced,
+                 share_partitions=len(self.store.states), replay_ms=round(self.replay_ms, 1))
 
-    def _replay(self, offset: int, key_bytes: bytes, value: bytes | None) -> None:
-        record = rec.decode_record(key_bytes, value)
-        self.store.apply(record)
-        self._track(record, offset)
+    def _replay_pass(self, topic: Topic, *, misplaced: bool, errors: list[tuple[int, int, str]]) -> tuple[int, int]:
+        """Replay, over all partitions in offset order, the records that are misplaced (or, with
+        `misplaced` false, the correctly placed ones and any unreadable one, into `errors`).
+        Returns (records replayed, records of the other kind passed over)."""
+        replayed = passed = 0
+        n = self.num_partitions
+        for partition in topic.partitions:
+            index = partition.index
+            for off, key_bytes, value in read_records(partition.log):
+                try:
+                    record_type, group_id, topic_id, p = rec.decode_key(key_bytes)
+                except ValueError as exc:
+                    if not misplaced:
+                        errors.append((index, off, str(exc)))
+                    continue
+                if (rec.state_partition(group_id, topic_id, p, n) != index) != misplaced:
+                    passed += 1
+                    continue
+                try:
+                    record = rec.decode_value(record_type, (group_id, topic_id, p), value)
+                except ValueError as exc:
+                    errors.append((index, off, str(exc)))
+                    continue
+                self.store.apply(record)
+                if misplaced:
+                    self._former[record.key] = index
+                    self._track(record, off, misplaced_in=index)
+                else:
+                    self._track(record, off)
+                replayed += 1
+        return replayed, passed
 
-    def _track(self, record: StateRecord, offset: int) -> None:
-        """Remember where each key's newest snapshot is (pruning keeps it)."""
+    def _track(self, record: StateRecord, offset: int, *, misplaced_in: int | None = None) -> None:
+        """Remember where each key's newest snapshot is (pruning keeps it). A replayed record read
+        from another partition than its key's (`misplaced_in`) is remembered apart, in
+        `_misplaced`: its offset means nothing in the key's own partition."""
         key = record.key
         if record.value is None:
             self._snapshot_offsets.pop(key, None)
             self._snapshot_times.pop(key, None)
+            self._misplaced.pop(key, None)
         elif isinstance(record.value, SnapshotValue):
-            self._snapshot_offsets[key] = offset
+            if misplaced_in is None:
+                self._snapshot_offsets[key] = offset
+                self._misplaced.pop(key, None)
+            else:
+                self._snapshot_offsets.pop(key, None)
+                self._misplaced[key] = (misplaced_in, offset)
             self._snapshot_times[key] = record.value.write_timestamp
 
     # -- appends ---------------------------------------------------------------------------------
 
-    async def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> int:
-        """Append one record for `key` and return its offset once the flush policy is met.
-        With no append in flight on its state partition (and no linger) the record is appended
-        at once; otherwise it joins the queue that the running append drains next (group commit)."""
-        index = self._partition_for(key)
+    async def _append(self, key: Key, key_bytes: bytes, value: bytes | None, index: int | None = None) -> int:
+        """Append one record for `key` (to its state partition, or to `index`) and return its
+        offset once the flush policy is met. With no append in flight on that partition (and no
+        linger) the record is appended at once; otherwise it joins the queue that the running
+        append drains next (group commit)."""
+        if index is None:
+            index = self._partition_for(key)
         if index not in self._draining and self.linger_ms <= 0:
             self._draining.add(index)
             try:
@@ -251,6 +306,13 @@ class ShareCoordinator:
         async with self._serialized(key):
             record = self.store.delete(key)
             if record is not None:
+                former = self._former.get(key)
+                if former is not None:
+                    # Its records from before the placement change lie in `former`: a tombstone
+                    # there too, or they would come back at a restart once pruning has dropped
+                    # the tombstone from the key's own partition. First, so that a crash in
+                    # between leaves the key as the placed records have it.
+                    await self._append(key, *rec.encode_record(record), index=former)
                 await self._commit(record)
 
     async def read_summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Summary:
@@ -260,11 +322,42 @@ class ShareCoordinator:
     # -- pruning ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._pruner = asyncio.get_running_loop().create_task(self._prune_forever(), name="share-state-prune")
+        loop = asyncio.get_running_loop()
+        if self._misplaced:
+            self.relocation = loop.create_task(self.relocate_misplaced(), name="share-state-relocate")
+        self._pruner = loop.create_task(self._prune_forever(), name="share-state-prune")
 
     async def stop(self) -> None:
-        if self._pruner is not None:
-            self._pruner.cancel()
+        for task in (self.relocation, self._pruner):
+            if task is not None:
+                task.cancel()
+
+    async def relocate_misplaced(self) -> int:
+        """Write a fresh snapshot of the current state of every live key whose newest snapshot is
+        misplaced (see `load`) to the key's own partition, so that pruning can later drop the old
+        records of its former partition. Returns the number of keys moved; a key whose append fails
+        stays misplaced (pruning keeps its old records) and is tried again at the next prune."""
+        pending = [key for key in self._misplaced if key in self.store.states]
+        if not pending:
+            return 0
+
+        async def move(key: Key) -> bool:
+            async with self._serialized(key):
+                if key not in self._misplaced:  # a snapshot or a tombstone was written meanwhile
+                    return False
+                record = self.store.snapshot(key, now_ms())
+                if record is None:
+                    return False
+                try:
+                    await self._commit(record)
+                except KafkaError:  # _append has logged it
+                    return False
+                return True
+
+        results = await asyncio.gather(*(move(key) for key in pending))  # appends to one partition share a batch
+        moved = sum(results)
+        log.info("share state relocated", keys=moved, still_misplaced=len(self._misplaced))
+        return moved
 
     async def _prune_forever(self) -> None:
         while True:
@@ -280,6 +373,10 @@ class ShareCoordinator:
         topic = self.internal.get(STATE_TOPIC)
         if topic is None:
             return
+        if self.relocation is not None and not self.relocation.done():
+            await self.relocation
+        if self._misplaced:  # a relocation that failed: again
+            await self.relocate_misplaced()
         now = now_ms()
         for key, state in list(self.store.states.items()):
             if state.updates_since_snapshot and now - self._snapshot_times.get(key, 0) >= self.cold_interval_ms:
@@ -288,12 +385,21 @@ class ShareCoordinator:
                     if record is not None:
                         await self._commit(record)
         floor: dict[int, int] = {}
+
+        def keep(index: int, offset: int) -> None:
+            floor[index] = min(floor.get(index, offset), offset)
+
         for key in self.store.states:
             index = self._partition_for(key)
             offset = self._snapshot_offsets.get(key)
-            if offset is None:
-                continue
-            floor[index] = min(floor.get(index, offset), offset)
+            if offset is not None:
+                keep(index, offset)
+            misplaced = self._misplaced.get(key)
+            if misplaced is not None:
+                # Not moved yet: its snapshot and the updates after it lie in its former partition,
+                # and the updates written since in its own partition, at offsets unknown here.
+                keep(*misplaced)
+                keep(index, topic.partitions[index].log.log_start_offset)
         for partition in topic.partitions:
             plog = partition.log
             target = floor.get(partition.index, plog.high_watermark)

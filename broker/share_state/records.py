@@ -9,10 +9,11 @@ import functools
 import struct
 import uuid
 
-from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, SnapshotValue, StateBatch, StateRecord, UpdateValue
+from sharebroker.broker.java_compat import partition_for_key
+from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, Key, SnapshotValue, StateBatch, StateRecord, UpdateValue
 from sharebroker.protocol.primitives import Reader, Writer
 
-__all__ = ["SNAPSHOT", "UPDATE", "decode_record", "encode_record", "state_partition"]
+__all__ = ["SNAPSHOT", "UPDATE", "decode_key", "decode_record", "decode_value", "encode_record", "state_partition"]
 
 
 def encode_record(record: StateRecord) -> tuple[bytes, bytes | None]:
@@ -26,7 +27,11 @@ def encode_record(record: StateRecord) -> tuple[bytes, bytes | None]:
 
 def decode_record(key: bytes, value: bytes | None) -> StateRecord:
     record_type, group_id, topic_id, partition = decode_key(key)
-    k = (group_id, topic_id, partition)
+    return decode_value(record_type, (group_id, topic_id, partition), value)
+
+
+def decode_value(record_type: int, k: Key, value: bytes | None) -> StateRecord:
+    """The record of an already decoded key (`decode_key`) and its value bytes."""
     if value is None:
         return StateRecord(k, record_type, None)
     if record_type == SNAPSHOT:
@@ -128,20 +133,8 @@ def decode_update(data: bytes) -> UpdateValue:
 
 @functools.lru_cache(maxsize=65536)  # every state write asks, for the same few keys
 def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, num_partitions: int) -> int:
-    """Kafka's placement: abs(javaHash("group:topicId:partition")) % partitions, where the topic id
-    prints in Kafka's base64 form."""
+    """Kafka's placement (ShareCoordinatorService.partitionFor): Utils.abs(javaHash(
+    "group:topicId:partition")) % partitions, where the topic id prints in Kafka's base64 form."""
     import base64
     tid = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-    return (java_string_hash(f"{group_id}:{tid}:{partition}") & 0x7FFFFFFF) % num_partitions
-
-
-def java_string_hash(text: str) -> int:
-    h = 0
-    for unit in _utf16_units(text):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def _utf16_units(text: str) -> list[int]:
-    data = text.encode("utf-16-be")
-    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+    return partition_for_key(f"{group_id}:{tid}:{partition}", num_partitions)

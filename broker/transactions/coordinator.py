@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.internal_topics import AppendDurability, InternalLog, read_records
-from sharebroker.broker.share_state.records import java_string_hash
+from sharebroker.broker.java_compat import partition_for_key
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.transactions import records as trec
 from sharebroker.protocol.errors import KafkaError
@@ -130,8 +130,7 @@ class InitResult:
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
     """Kafka's Utils.abs(transactionalId.hashCode) % transaction.state.log.num.partitions."""
-    h = java_string_hash(transactional_id)
-    return (0 if h == -(2**31) else abs(h)) % num_partitions
+    return partition_for_key(transactional_id, num_partitions)
 
 
 class TransactionCoordinator:
