@@ -28,7 +28,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         result = await broker.consumer_groups.classic_sync(
             group_id=body.group_id, member_id=body.member_id,
             group_instance_id=getattr(body, "group_instance_id", None), generation_id=body.generation_id,
-            protocol_type=protocol_type, protocol_name=protocol_name)
+            protocol_type=protocol_type, protocol_name=protocol_name,
+            assignments={a.member_id: bytes(a.assignment) for a in body.assignments})
     else:
         result = await broker.classic_groups.sync(
             group_id=body.group_id, member_id=body.member_id,

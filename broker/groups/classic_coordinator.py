@@ -481,7 +481,18 @@ class ClassicGroupCoordinator:
         self.groups[group_id] = group
         self._persisted[group_id] = value
         group.loaded(now_ms())
+        self._after(group)  # its members' session timers run from now
         return [(crec.group_metadata_key(group_id), value)]
+
+    def discard(self, group_id: str) -> None:
+        """Undo `adopt` when its record could not be appended: whoever joined meanwhile is told to
+        rejoin (and finds the consumer group again)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        group.mark_dead(now_ms(), ErrorCode.rebalance_in_progress)
+        self._after(group)
+        self._forget(group_id, keep_offsets=True)
 
     def rebalance(self, group_id: str) -> None:
         group = self._group(group_id)
@@ -659,15 +670,16 @@ class ClassicGroupCoordinator:
 
     def expire_unsubscribed(self, group_id: str, subscribed: Callable[[str], bool],
                             base_of: Callable[[crec.CommittedOffset], int], now: int) -> tuple[list[Record], bool]:
-        """Drop the group's expired offsets of topics it does not subscribe to (none while a
-        transaction has offsets pending for the group): their tombstones, for the caller to append,
-        and whether every offset of the group is gone (OffsetMetadataManager.cleanupExpiredOffsets)."""
+        """Drop the group's expired offsets of topics it does not subscribe to (but for partitions a
+        transaction has offsets pending for): their tombstones, for the caller to append, and whether
+        every offset of the group is gone and no transaction holds any for it (Kafka's
+        OffsetMetadataManager.cleanupExpiredOffsets)."""
         retention_ms = self.config["offsets.retention.minutes"] * 60_000
         committed = self.offsets.get(group_id, {})
-        pending = any(group_id in by_group for by_group in self.pending_txn.values())
+        pending = {tp for by_group in self.pending_txn.values() for tp in by_group.get(group_id, ())}
         records: list[Record] = []
         for (topic, partition), c in list(committed.items()):
-            if pending or subscribed(topic):
+            if (topic, partition) in pending or subscribed(topic):
                 continue
             expired = (now >= c.expire_timestamp_ms if c.expire_timestamp_ms >= 0
                        else now - base_of(c) >= retention_ms)

@@ -42,7 +42,12 @@ from sharebroker.broker.groups.consumer_group import (
     Heartbeat,
     validate_heartbeat,
 )
-from sharebroker.broker.groups.consumer_protocol import decode_assignment, decode_subscription, encode_assignment
+from sharebroker.broker.groups.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    version_of,
+)
 from sharebroker.broker.groups.share_group import Assignment, TopicInfo
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.errors import KafkaError
@@ -78,6 +83,18 @@ def _random_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def _epoch_mismatch(member: ConsumerMember, member_epoch: int) -> tuple[ErrorCode, str] | None:
+    """Kafka's ConsumerGroup.validateMemberEpoch: ILLEGAL_GENERATION for a member of the classic
+    protocol, STALE_MEMBER_EPOCH for one of the consumer protocol."""
+    if member_epoch == member.epoch:
+        return None
+    if member.classic is not None:
+        return ErrorCode.illegal_generation, (f"The received generation id {member_epoch} does not match the "
+                                              f"expected member epoch {member.epoch}.")
+    return ErrorCode.stale_member_epoch, (f"The received member epoch {member_epoch} does not match the expected "
+                                          f"member epoch {member.epoch}.")
+
+
 def _assignment_key(a: Assignment) -> tuple:
     return tuple(sorted((str(t), tuple(sorted(ps))) for t, ps in a.items() if ps))
 
@@ -100,6 +117,7 @@ class ConsumerGroupCoordinator:
         classic.retention_hooks.append(self.expire_offsets)
         self.groups: dict[str, ConsumerGroup] = {}
         self._persisted: dict[str, _Persisted] = {}
+        self._unwritten: dict[str, list[Record]] = {}  # a taken-over classic group's tombstone, until appended
         self._locks: dict[str, asyncio.Lock] = {}
         self._lock_users: dict[str, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -212,11 +230,14 @@ class ConsumerGroupCoordinator:
 
     async def persist(self, group: ConsumerGroup, first: list[Record] | None = None) -> None:
         """Append the records of what changed since the last write, in Kafka's order, after
-        `first` (a replaced classic group's tombstone) in the same batch."""
+        `first` (a replaced classic group's tombstone) in the same batch. What a failed append did
+        not write is written by the next one (`first` included)."""
         gid = group.group_id
+        if first:
+            self._unwritten.setdefault(gid, []).extend(first)
         old = self._persisted.get(gid) or _Persisted()
         new = self._snapshot(group)
-        records: list[Record] = list(first or ())
+        records: list[Record] = list(self._unwritten.get(gid, ()))
         for mid in old.members.keys() - new.members.keys():
             records += rec.member_tombstones(gid, mid)
         records += [rec.member_metadata(gid, group.members[mid]) for mid, sig in new.members.items()
@@ -240,6 +261,7 @@ class ConsumerGroupCoordinator:
             return
         await self.group_log.append(gid, records)
         self._persisted[gid] = new
+        self._unwritten.pop(gid, None)
 
     # -- serialization per group -----------------------------------------------------------------
 
@@ -466,26 +488,41 @@ class ConsumerGroupCoordinator:
         for m in remaining:
             assert m.classic is not None
             target = group.target.get(m.member_id, {})
-            assignment = encode_assignment(((names[tid], ps) for tid, ps in target.items() if tid in names),
-                                           m.classic.assignment_version())
+            metadata = dict(m.classic.protocols)[protocol]
+            try:
+                version = version_of(metadata)
+            except ValueError:
+                version = 0
+            assignment = encode_assignment(((names[tid], ps) for tid, ps in target.items() if tid in names), version)
             members.append(crec.MemberSnapshot(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                               m.rebalance_timeout_ms, m.classic.session_timeout_ms,
-                                               dict(m.classic.protocols)[protocol], assignment))
+                                               m.rebalance_timeout_ms, m.classic.session_timeout_ms, metadata,
+                                               assignment))
         snapshot = crec.GroupSnapshot(CONSUMER_PROTOCOL_TYPE, group.epoch, protocol, remaining[0].member_id,
                                       int(time.time() * 1000), tuple(members))
         gid = group.group_id
-        persisted = self._persisted.get(gid) or _Persisted()
-        records = rec.group_tombstones(gid, sorted(persisted.members), sorted(persisted.regexes))
+        persisted = self._persisted.get(gid)
+        records = list(self._unwritten.get(gid, ()))
+        records += rec.group_tombstones(gid, sorted(persisted.members) if persisted else [],
+                                        sorted(persisted.regexes) if persisted else [])
         # Out of this coordinator and into the classic one in the same step as the append.
         del self.groups[gid]
         self._persisted.pop(gid, None)
         records += self.classic.adopt(gid, snapshot, {m.member_id: m.classic.protocols for m in remaining
                                                       if m.classic is not None})
+        if rebalance:  # before the append's wait: a SyncGroup meanwhile must not see the group Stable
+            self.classic.rebalance(gid)
+        try:
+            await self.group_log.append(gid, records)
+        except Exception:
+            # Not in the log: the group stays the consumer group the log has.
+            self.classic.discard(gid)
+            self.groups[gid] = group
+            if persisted is not None:
+                self._persisted[gid] = persisted
+            raise
+        self._unwritten.pop(gid, None)
         log.info("consumer group downgraded to a classic group", group=gid, leaving=leaving_id,
                  members=len(remaining), protocol=protocol, generation=group.epoch)
-        await self.group_log.append(gid, records)
-        if rebalance:
-            self.classic.rebalance(gid)
 
     # -- members of the classic protocol ---------------------------------------------------------
 
@@ -539,30 +576,40 @@ class ConsumerGroupCoordinator:
                           member.classic.protocol_name)
 
     async def classic_sync(self, *, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
-                           protocol_type: str | None, protocol_name: str | None) -> SyncResult:
+                           protocol_type: str | None, protocol_name: str | None,
+                           assignments: dict[str, bytes]) -> SyncResult:
         """SyncGroup from a member of the classic protocol: its current assignment, encoded in its
-        subscription's version (nothing persisted)."""
+        subscription's version (nothing persisted). A group downgraded while this waited for its
+        turn is a classic group now: the classic coordinator answers."""
         async with self._serialized(group_id):
             group = self.groups.get(group_id)
-            if group is None:
-                return SyncResult(ErrorCode.unknown_member_id)
-            try:
-                member = group.classic_sync(member_id, group_instance_id, generation_id, protocol_type, protocol_name,
-                                            self.clock.monotonic_ms())
-            except KafkaError as exc:
-                return SyncResult(exc.code)
-            assert member.classic is not None
-            names = {t.topic_id: name for name, t in self.topics.by_name.items()}
-            assignment = encode_assignment(((names[tid], ps) for tid, ps in member.current.assigned.items()
-                                            if tid in names), member.classic.assignment_version())
-            return SyncResult(ErrorCode.none, protocol_type, protocol_name, assignment)
+            if group is not None:
+                return self._classic_sync(group, member_id, group_instance_id, generation_id, protocol_type,
+                                          protocol_name)
+        return await self.classic.sync(group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
+                                       generation_id=generation_id, protocol_type=protocol_type,
+                                       protocol_name=protocol_name, assignments=assignments)
+
+    def _classic_sync(self, group: ConsumerGroup, member_id: str, group_instance_id: str | None, generation_id: int,
+                      protocol_type: str | None, protocol_name: str | None) -> SyncResult:
+        try:
+            member = group.classic_sync(member_id, group_instance_id, generation_id, protocol_type, protocol_name,
+                                        self.clock.monotonic_ms())
+        except KafkaError as exc:
+            return SyncResult(exc.code)
+        assert member.classic is not None
+        names = {t.topic_id: name for name, t in self.topics.by_name.items()}
+        assignment = encode_assignment(((names[tid], ps) for tid, ps in member.current.assigned.items()
+                                        if tid in names), member.classic.assignment_version())
+        return SyncResult(ErrorCode.none, protocol_type, protocol_name, assignment)
 
     def classic_heartbeat(self, *, group_id: str, member_id: str, group_instance_id: str | None,
                           generation_id: int) -> ErrorCode:
         """Heartbeat from a member of the classic protocol (its session; REBALANCE_IN_PROGRESS to rejoin)."""
         group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.unknown_member_id
+        if group is None:  # downgraded meanwhile
+            return self.classic.heartbeat(group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
+                                          generation_id=generation_id)
         try:
             return group.classic_heartbeat(member_id, group_instance_id, generation_id, self.clock.monotonic_ms())
         except KafkaError as exc:
@@ -570,17 +617,18 @@ class ConsumerGroupCoordinator:
 
     async def classic_leave(self, group_id: str, identities: list[tuple[str, str | None]]
                             ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
-        """LeaveGroup for members of the classic protocol of a consumer group."""
+        """LeaveGroup for members of the classic protocol of a consumer group (of the classic group
+        it became, if it was downgraded while this waited for its turn)."""
         async with self._serialized(group_id):
             group = self.groups.get(group_id)
-            if group is None:
-                return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in identities]
-            results = group.classic_leave(identities, self._all_topics(), self.assignors()[0])
-            for member_id, _instance, code in results:
-                if code == ErrorCode.none:
-                    log.info("consumer group classic member left", group=group_id, member=member_id)
-            await self.persist(group)
-            return ErrorCode.none, results
+            if group is not None:
+                results = group.classic_leave(identities, self._all_topics(), self.assignors()[0])
+                for member_id, _instance, code in results:
+                    if code == ErrorCode.none:
+                        log.info("consumer group classic member left", group=group_id, member=member_id)
+                await self.persist(group)
+                return ErrorCode.none, results
+        return self.classic.leave(group_id, identities)
 
     # -- offsets (validation only; the offset store is shared with classic groups) ----------------
 
@@ -596,13 +644,7 @@ class ConsumerGroupCoordinator:
         if not transactional and version < 9 and member.classic is None:
             return ErrorCode.unsupported_version, ("OffsetCommit version 9 or above must be used by members using "
                                                    "the modern group protocol")
-        if member_epoch != member.epoch:
-            if member.classic is not None:
-                return ErrorCode.illegal_generation, (f"The received generation id {member_epoch} does not match "
-                                                      f"the expected member epoch {member.epoch}.")
-            return ErrorCode.stale_member_epoch, (f"The received member epoch {member_epoch} does not match the "
-                                                  f"expected member epoch {member.epoch}.")
-        return None
+        return _epoch_mismatch(member, member_epoch)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> tuple[ErrorCode, str] | None:
         """Kafka's ConsumerGroup.validateOffsetFetch: None when the fetch may proceed."""
@@ -612,10 +654,7 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id or "")
         if member is None:
             return ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
-        if member_epoch != member.epoch:
-            return ErrorCode.stale_member_epoch, (f"The received member epoch {member_epoch} does not match the "
-                                                  f"expected member epoch {member.epoch}.")
-        return None
+        return _epoch_mismatch(member, member_epoch)
 
     # -- describe, list, delete ------------------------------------------------------------------
 
@@ -664,8 +703,8 @@ class ConsumerGroupCoordinator:
         """Tombstone an empty group (after `first`, e.g. its expired offsets) and forget it."""
         group_id = group.group_id
         persisted = self._persisted.get(group_id) or _Persisted()
-        records = list(first or ()) + rec.group_tombstones(group_id, sorted(persisted.members),
-                                                           sorted(persisted.regexes))
+        records = list(self._unwritten.get(group_id, ())) + list(first or ())
+        records += rec.group_tombstones(group_id, sorted(persisted.members), sorted(persisted.regexes))
         del self.groups[group_id]  # gone in the same step as the tombstones, for compaction
         try:
             await self.group_log.append(group_id, records)
@@ -673,6 +712,7 @@ class ConsumerGroupCoordinator:
             self.groups[group_id] = group
             raise
         self._persisted.pop(group_id, None)
+        self._unwritten.pop(group_id, None)
 
     async def expire_offsets(self, now_wall_ms: int) -> None:
         """Kafka's offset expiry for consumer groups: committed offsets of topics no member

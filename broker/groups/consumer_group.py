@@ -367,7 +367,7 @@ class ConsumerGroup:
         # Only a subscription change bumps the group epoch (Kafka's hasMemberSubscriptionChanged);
         # topic metadata changes are caught by `refresh`.
         bump = False
-        if hb.subscribed_names is not None and tuple(hb.subscribed_names) != member.subscribed_names:
+        if hb.subscribed_names is not None and frozenset(hb.subscribed_names) != frozenset(member.subscribed_names):
             member.subscribed_names = tuple(hb.subscribed_names)
             bump = True
         if hb.subscribed_regex is not None and (hb.subscribed_regex or None) != member.subscribed_regex:
@@ -402,7 +402,8 @@ class ConsumerGroup:
         if current is member.current or _same(current, member.current):
             return
         self.set_current(member, current)
-        if current.state == UNREVOKED_PARTITIONS:
+        if current.state == UNREVOKED_PARTITIONS and member.classic is None:
+            # (a member of the classic protocol has only its join and sync timers, as in Kafka)
             if member.revocation_deadline is None or member.revocation_deadline[1] != current.epoch:
                 member.revocation_deadline = (-1, current.epoch)  # armed by the caller, who knows the time
         else:
@@ -503,7 +504,7 @@ class ConsumerGroup:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
         member.classic = ClassicMetadata(req.session_timeout_ms, req.protocols)
-        bump = subscription.topics != member.subscribed_names or member.subscribed_regex is not None
+        bump = frozenset(subscription.topics) != frozenset(member.subscribed_names) or member.subscribed_regex is not None
         member.subscribed_names, member.subscribed_regex = subscription.topics, None
         self._install(member, replaced)
         self.refresh(topics, settings.assignors[0], bump=bump)

@@ -55,6 +55,10 @@ async def test_upgrade_keeps_classic_members_across_a_restart_and_the_last_consu
         classic_member = await _classic_stable_group(b, "g", "t", 4)
         reply = await b.consumer_groups._heartbeat("g", _join("c1", "t"))
         assert reply["member_id"] == "c1" and reply["member_epoch"] == 2  # generation 1, bumped by the join
+        # a classic member's epoch is its generation: a mismatch is ILLEGAL_GENERATION, as in Kafka
+        assert b.consumer_groups.validate_offset_fetch("g", classic_member, 7)[0] == ErrorCode.illegal_generation  # type: ignore[index]
+        assert b.consumer_groups.validate_offset_fetch("g", "c1", 7)[0] == ErrorCode.stale_member_epoch  # type: ignore[index]
+        assert b.consumer_groups.validate_offset_commit("g", classic_member, None, 1, 8) is None  # v8 is fine for it
         assert b.group_type("g") == "consumer" and "g" not in b.classic_groups.groups
         group = b.consumer_groups.groups["g"]
         old = group.members[classic_member]
@@ -79,7 +83,7 @@ async def test_upgrade_keeps_classic_members_across_a_restart_and_the_last_consu
         assert joined.error == ErrorCode.none and joined.generation_id == 2 and joined.protocol_name == "range"
         synced = await b2.consumer_groups.classic_sync(group_id="g", member_id=classic_member, group_instance_id=None,
                                                        generation_id=2, protocol_type="consumer",
-                                                       protocol_name="range")
+                                                       protocol_name="range", assignments={})
         assert synced.error == ErrorCode.none
         (topic, mine), = decode_assignment(synced.assignment)
         assert topic == "t" and len(mine) == 2
@@ -90,10 +94,19 @@ async def test_upgrade_keeps_classic_members_across_a_restart_and_the_last_consu
         assert classic.state == PREPARING_REBALANCE and list(classic.members) == [classic_member]
         assert classic.protocol_name == "range" and classic.generation_id == 2
         assert [n for n, _ in classic.members[classic_member].protocols] == ["range", "roundrobin"]
+        # requests routed to the consumer group just before it went are answered by the classic group
+        cg = b2.consumer_groups
+        assert cg.classic_heartbeat(group_id="g", member_id=classic_member, group_instance_id=None,
+                                    generation_id=2) == ErrorCode.rebalance_in_progress
+        synced = await cg.classic_sync(group_id="g", member_id=classic_member, group_instance_id=None,
+                                       generation_id=2, protocol_type="consumer", protocol_name="range", assignments={})
+        assert synced.error == ErrorCode.rebalance_in_progress
+        assert await cg.classic_leave("g", [(classic_member, None)]) == (
+            ErrorCode.none, [(classic_member, None, ErrorCode.none)])
+        assert b2.classic_groups.groups["g"].members == {}
 
     async with running_broker(tmp_path, SETTINGS) as b3:
         assert b3.group_type("g") == "classic" and b3.consumer_groups.groups == {}
-        assert list(b3.classic_groups.groups["g"].members) == [classic_member]
 
 
 async def test_upgrade_refused_when_the_policy_disables_it(tmp_path: Path) -> None:
