@@ -147,3 +147,59 @@ def test_upgrade_refused_when_the_migration_policy_forbids_it(make_broker: Any) 
         assert len(classic.assignment()) == 2
     finally:
         classic.stop()
+
+
+def test_kafka_python_and_aiokafka_members_stay_through_an_upgrade_and_a_downgrade(mbroker: Broker) -> None:
+    """The pure-Python clients speak only the classic protocol: they keep consuming, with their
+    share of the partitions, while a confluent-kafka member of the consumer protocol comes and goes."""
+    from tests.integration.test_consumer_groups import CLIENTS, Runner
+
+    topic, group = new_name("t"), new_name("mig")
+    partitions = 6
+    create_topic(mbroker.bootstrap, topic, partitions=partitions)
+    producer = Producer(producer_conf(mbroker.bootstrap))
+    values: list[bytes] = []
+
+    def produce(wave: str) -> None:
+        batch = [f"{wave}-{i}".encode() for i in range(120)]
+        produce_sync(producer, topic, [{"value": v} for v in batch])
+        values.extend(batch)
+
+    runners = [Runner(lambda name=name: CLIENTS[name](mbroker.bootstrap, group, topic))  # type: ignore[misc]
+               for name in ("kafka-python", "aiokafka")]
+    for r in runners:
+        r.start()
+    modern: Member | None = None
+
+    def shares(each: int) -> bool:
+        for r in runners:
+            r.check()
+        owned = [r.assigned for r in runners]
+        return all(len(o) == each for o in owned) and len(set().union(*owned)) == each * len(owned)
+
+    def consumed() -> set[bytes]:
+        got = {v for r in runners for v in r.values()}
+        return got | ({v for *_, v in modern.records} if modern is not None else set())
+
+    try:
+        wait_for(lambda: shares(3), TIMEOUT, message="the two classic members share the partitions")
+        produce("classic")
+        modern = Member(mbroker.bootstrap, group, [topic])
+        wait_for(lambda: group_type(mbroker.bootstrap, group) == ConsumerGroupType.CONSUMER, TIMEOUT,
+                 message="the group is upgraded")
+        wait_for(lambda: shares(2) and len(modern.assignment()) == 2
+                 and consumer_group_describe(mbroker.bootstrap, group).group_state == "Stable", TIMEOUT,
+                 message="kafka-python, aiokafka and the consumer member own two partitions each")
+        produce("mixed")
+        wait_for(lambda: consumed() >= set(values), TIMEOUT, message="the mixed group consumes everything")
+        modern.stop()
+        wait_for(lambda: group_type(mbroker.bootstrap, group) == ConsumerGroupType.CLASSIC, TIMEOUT,
+                 message="the group is downgraded")
+        wait_for(lambda: shares(3), TIMEOUT, message="the classic members share everything again")
+        produce("downgraded")
+        wait_for(lambda: consumed() >= set(values), TIMEOUT, message="the classic group consumes everything")
+    finally:
+        if modern is not None and not modern._stop.is_set():
+            modern.stop()
+        for r in runners:
+            r.stop()
