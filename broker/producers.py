@@ -1,7 +1,7 @@
 """Producer state per partition, as Kafka's ProducerStateManager keeps it: epoch and the last five
 batches of each producer id (sequence checks), the first offset of each open transaction (the last
 stable offset is the oldest of them) and the aborted transactions (what read_committed readers
-skip)."""
+skip; on disk in the segments' `.txnindex` files, as Kafka keeps them)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.replay import replay_batches
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.storage import write_atomic
+from sharebroker.storage.txn_index import AbortedTxnEntry as AbortedTxn
 from sharebroker.protocol.errors import KafkaError
 from sharebroker.protocol.record_batch import ABORT_MARKER, COMMIT_MARKER, BatchHeader, InvalidRecordError, read_marker
 
@@ -49,15 +50,6 @@ class ProducerEntry:
 
 def _next_seq(seq: int) -> int:
     return 0 if seq == _INT32_MAX else seq + 1
-
-
-@dataclass(slots=True, frozen=True)
-class AbortedTxn:
-    """An aborted transaction's span in this partition (Kafka's transaction index entry)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int  # offset of its abort marker
 
 
 class PartitionProducers:
@@ -134,10 +126,11 @@ class PartitionProducers:
                              f"older than the last one ({entry.coordinator_epoch})")
 
     def complete_txn(self, producer_id: int, epoch: int, marker_offset: int, commit: bool, timestamp: int,
-                     coordinator_epoch: int = 0) -> None:
+                     coordinator_epoch: int = 0) -> AbortedTxn | None:
         """The marker at `marker_offset` ended the producer's transaction here: its records become
-        stable, and an abort is remembered for read_committed readers. A marker at a newer epoch
-        (the coordinator fenced the producer) starts a new epoch without cached batches."""
+        stable, and an abort is remembered for read_committed readers (and returned, for the
+        transaction index). A marker at a newer epoch (the coordinator fenced the producer) starts
+        a new epoch without cached batches."""
         entry = self.entries.get(producer_id)
         if entry is None or entry.epoch != epoch:
             entry = ProducerEntry(epoch, last_timestamp=entry.last_timestamp if entry else -1)
@@ -145,8 +138,11 @@ class PartitionProducers:
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
         entry.coordinator_epoch = coordinator_epoch
         first = self.open_txns.pop(producer_id, None)
-        if first is not None and not commit:
-            self.aborted.append(AbortedTxn(producer_id, first, marker_offset))
+        if first is None or commit:
+            return None
+        aborted = AbortedTxn(producer_id, first, marker_offset, self.last_stable_offset(marker_offset + 1))
+        self.aborted.append(aborted)
+        return aborted
 
     def truncate_aborted(self, log_start_offset: int) -> None:
         """Forget aborted transactions wholly below the log start (their records are gone)."""
@@ -193,8 +189,7 @@ def save_snapshot(partition_dir: Path, producers: PartitionProducers, offset: in
         str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
                    "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches]}
         for pid, e in producers.entries.items()},
-        "open_transactions": {str(pid): first for pid, first in producers.open_txns.items()},
-        "aborted_transactions": [[a.producer_id, a.first_offset, a.last_offset] for a in producers.aborted]}
+        "open_transactions": {str(pid): first for pid, first in producers.open_txns.items()}}
     path = partition_dir / SNAPSHOT_FILE
     try:
         write_atomic(path, json.dumps(doc).encode())
@@ -210,9 +205,13 @@ def save_snapshot(partition_dir: Path, producers: PartitionProducers, offset: in
 
 
 def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
-    """The snapshot, then the idempotent batches appended after it (headers only)."""
+    """The snapshot, then the idempotent batches appended after it (headers only). Aborted
+    transactions come from the transaction indexes; an abort replayed from the log that its index
+    lacks (a crash between the marker and the index entry) is written to it."""
     producers = PartitionProducers()
     start = plog.log_start_offset
+    indexed: list[AbortedTxn] = plog.aborted_txns()
+    from_snapshot: list[AbortedTxn] = []
     path = partition_dir / SNAPSHOT_FILE
     if path.exists():
         try:
@@ -224,7 +223,9 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
                     entry.batches.extend(CachedBatch(*b) for b in e["batches"])
                     producers.entries[int(pid)] = entry
                 producers.open_txns = {int(pid): first for pid, first in doc.get("open_transactions", {}).items()}
-                producers.aborted = [AbortedTxn(*a) for a in doc.get("aborted_transactions", [])]
+                # Snapshots written before the transaction index held the aborted spans themselves.
+                from_snapshot = [AbortedTxn(pid, first, last, last + 1)
+                                 for pid, first, last in doc.get("aborted_transactions", [])]
                 start = max(start, doc["offset"])
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("producer state snapshot unreadable, rebuilding from the log", path=str(path), error=str(exc))
@@ -233,5 +234,15 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
     for data, h in replay_batches(plog, start, plog.log_end_offset, what="producer state"):
         if h.last_offset >= start:
             producers.replay(data, h)
+    known = {(a.producer_id, a.first_offset, a.last_offset) for a in indexed}
+    missing = [a for a in [*from_snapshot, *producers.aborted] if (a.producer_id, a.first_offset, a.last_offset)
+               not in known]
+    missing = list({(a.producer_id, a.first_offset, a.last_offset): a for a in missing}.values())
+    for a in sorted(missing, key=lambda a: a.last_offset):
+        if a.last_offset >= plog.log_start_offset:
+            plog.append_aborted_txn(a)
+    producers.aborted = sorted([*indexed, *missing], key=lambda a: a.last_offset)
+    if missing:
+        log.info("transaction index completed from the log", partition=partition_dir.name, entries=len(missing))
     producers.truncate_aborted(plog.log_start_offset)
     return producers

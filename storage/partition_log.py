@@ -27,6 +27,7 @@ from sharebroker.protocol.record_batch import (
 )
 from sharebroker.storage.files import fsync_dir
 from sharebroker.storage.log_config import LogConfig
+from sharebroker.storage import txn_index
 from sharebroker.storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name
 
 _INT32_MAX = 0x7FFFFFFF
@@ -117,7 +118,8 @@ class PartitionLog:
         known = set(bases)
         for name in names:
             stem, _, ext = name.partition(".")
-            orphan = ext in ("index", "timeindex") and len(stem) == 20 and stem.isdigit() and int(stem) not in known
+            orphan = (ext in ("index", "timeindex", "txnindex") and len(stem) == 20 and stem.isdigit()
+                      and int(stem) not in known)
             if orphan or name.endswith(_SCRATCH_SUFFIXES):
                 (path / name).unlink()
                 report.append(f"removed leftover file {name}")
@@ -162,6 +164,11 @@ class PartitionLog:
                 if i < len(segments) - 1:
                     seg.seal()
                 i += 1
+            for seg in segments:
+                # Entries for markers the log no longer holds (cut by recovery) go, as does a torn entry.
+                note = txn_index.truncate_to(seg.txnindex_path, seg.next_offset)
+                if note:
+                    report.append(note)
             for a, b in zip(segments, segments[1:]):
                 if a.next_offset > b.base_offset:
                     report.append(f"segment {a.log_path.name} ends at offset {a.next_offset}, past the base "
@@ -493,6 +500,32 @@ class PartitionLog:
             seg.unlink()
         self._dir_dirty = True
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+
+    # -- the transaction index ------------------------------------------------------------------
+
+    def append_aborted_txn(self, entry: txn_index.AbortedTxnEntry) -> None:
+        """Record an aborted transaction in the transaction index of the segment holding its abort
+        marker (`entry.last_offset`), as Kafka's LogSegment.updateTxnIndex does."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"{self.path.name} is closed")
+            i = max(bisect_right(self._bases, entry.last_offset) - 1, 0)
+            seg = self._segments[i]
+            created = not seg.txnindex_path.exists()
+            txn_index.append(seg.txnindex_path, [entry])
+            seg.txn_dirty = True
+            seg.dirty = True
+            if created:
+                self._dir_dirty = True
+
+    def aborted_txns(self) -> list[txn_index.AbortedTxnEntry]:
+        """Every entry of the segments' transaction indexes, in marker order."""
+        with self._lock:
+            paths = [seg.txnindex_path for seg in self._segments]
+        out: list[txn_index.AbortedTxnEntry] = []
+        for path in paths:
+            out += txn_index.read(path)[0]
+        return out
 
     # -- durability -----------------------------------------------------------------------------
 

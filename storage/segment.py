@@ -1,5 +1,6 @@
 """One log segment: `<base>.log` holding record batches verbatim, with Kafka's sparse `.index`
-(relative offset int32, position int32) and `.timeindex` (timestamp int64, relative offset int32).
+(relative offset int32, position int32) and `.timeindex` (timestamp int64, relative offset int32),
+and `.txnindex` once a transaction aborted in it (see txn_index).
 
 Indexes are kept in memory as arrays for bisect and written through to their files on append
 (append-only, never preallocated). An offset-index entry maps the *last* offset of a batch to the
@@ -193,7 +194,7 @@ class LogSegment:
         "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
         "_idx_file_entries", "_tidx_file_entries",
         "dirty", "pins", "close_pending", "closed", "index_damage", "time_index_damaged", "index_error",
-        "untruncated",
+        "untruncated", "txn_dirty",
     )
 
     def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
@@ -224,6 +225,7 @@ class LogSegment:
         self.time_index_damaged = False
         self.index_error: OSError | None = None  # an index write failed; retried by the next flush
         self.untruncated = False  # a failed append could not be cut off the file yet
+        self.txn_dirty = False  # the transaction index was appended to since the last fsync
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -238,6 +240,10 @@ class LogSegment:
     @property
     def timeindex_path(self) -> Path:
         return self.directory / (segment_name(self.base_offset) + ".timeindex")
+
+    @property
+    def txnindex_path(self) -> Path:
+        return self.directory / (segment_name(self.base_offset) + ".txnindex")
 
     @property
     def index_pending(self) -> bool:
@@ -589,6 +595,19 @@ class LogSegment:
         os.fsync(self.fd)
         os.fsync(self.idx_fd)
         os.fsync(self.tidx_fd)
+        if self.txn_dirty:
+            self.txn_dirty = False
+            try:
+                fd = os.open(self.txnindex_path, os.O_RDONLY)
+            except FileNotFoundError:
+                return
+            try:
+                os.fsync(fd)
+            except BaseException:
+                self.txn_dirty = True
+                raise
+            finally:
+                os.close(fd)
 
     def close_fds(self) -> None:
         if self.closed:
@@ -606,7 +625,7 @@ class LogSegment:
             self.close_fds()
 
     def unlink(self) -> None:
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        for path in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):
             try:
                 path.unlink()
             except FileNotFoundError:

@@ -457,7 +457,10 @@ class TransactionCoordinator:
             buf = encode_marker(producer_id, epoch, commit, coordinator_epoch=coordinator_epoch, timestamp_ms=now)
             result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
                                           leader_epoch=partition.leader_epoch, now_ms=now)
-            partition.producers.complete_txn(producer_id, epoch, result.first_offset, commit, now, coordinator_epoch)
+            aborted = partition.producers.complete_txn(producer_id, epoch, result.first_offset, commit, now,
+                                                       coordinator_epoch)
+            if aborted is not None:
+                partition.log.append_aborted_txn(aborted)
             if result.rolled:
                 self.durability.segment_rolled(partition)
             for listener in self.listeners:

@@ -206,3 +206,56 @@ def test_idle_transactional_ids_expire_and_stay_expired(make_broker, topic_name)
     with rk.RawClient(broker.bootstrap) as raw:
         new_pid, new_epoch = init_ok(raw, idle)
     assert new_pid != idle_pid and new_epoch == 0
+
+
+def _txnindex_entries(partition_dir) -> list[tuple[int, int, int]]:
+    """(producer id, first offset, marker offset) of every `.txnindex` entry, in segment order."""
+    import struct
+
+    out = []
+    for path in sorted(partition_dir.glob("*.txnindex")):
+        data = path.read_bytes()
+        assert len(data) % 34 == 0, path
+        for pos in range(0, len(data), 34):
+            version, pid, first, last, lso = struct.unpack_from(">hqqqq", data, pos)
+            assert version == 0 and lso > last
+            out.append((pid, first, last))
+    return out
+
+
+def test_aborted_transactions_are_in_kafkas_txnindex_and_rebuilt_from_the_log(make_broker, topic_name):
+    """Each abort marker's segment gets a `.txnindex` entry (Kafka's format); read_committed fetches
+    list them after a kill -9 without the producer snapshot, and a lost index is rebuilt from the log."""
+    broker = make_broker()
+    create_topic(broker.bootstrap, topic_name)
+    p = txn_producer(broker.bootstrap, txn_id("indexed"))
+    p.init_transactions(15)
+    for outcome in ("abort", "commit", "abort"):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic_name, f"{outcome}-{i}".encode(), partition=0)
+        p.flush(10)
+        if outcome == "abort":
+            p.abort_transaction(15)
+        else:
+            p.commit_transaction(15)
+    with rk.RawClient(broker.bootstrap) as raw:
+        f = fetch_raw(raw, topic_name, 0, 0, READ_COMMITTED)
+        listed = [(a.producer_id, a.first_offset) for a in f.aborted_transactions or ()]
+    partition_dir = broker.data_dir / f"{topic_name}-0"
+    entries = _txnindex_entries(partition_dir)
+    pid = listed[0][0]
+    assert [(e[0], e[1]) for e in entries] == listed == [(pid, 0), (pid, 8)]
+    assert [e[2] for e in entries] == [3, 11]  # the abort markers' offsets
+
+    broker.kill()
+    (partition_dir / "producer-state.json").unlink(missing_ok=True)
+    for index in partition_dir.glob("*.txnindex"):
+        index.unlink()  # lost: the log still has the markers
+    broker.start()
+    assert _txnindex_entries(partition_dir) == entries
+    with rk.RawClient(broker.bootstrap) as raw:
+        f = fetch_raw(raw, topic_name, 0, 0, READ_COMMITTED)
+        assert [(a.producer_id, a.first_offset) for a in f.aborted_transactions or ()] == listed
+    got = confluent_read(broker.bootstrap, topic_name, [0], "read_committed")
+    assert got[0] == [b"commit-0", b"commit-1", b"commit-2"]
