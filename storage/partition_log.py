@@ -164,11 +164,15 @@ class PartitionLog:
                 if i < len(segments) - 1:
                     seg.seal()
                 i += 1
+            with_txn_index = {int(n[:20]) for n in names if n.endswith(".txnindex") and n[:20].isdigit()}
             for seg in segments:
+                if seg.base_offset not in with_txn_index:
+                    continue
                 # Entries for markers the log no longer holds (cut by recovery) go, as does a torn entry.
                 note = txn_index.truncate_to(seg.txnindex_path, seg.next_offset)
                 if note:
                     report.append(note)
+                seg.has_txnindex = seg.txnindex_path.exists()
             for a, b in zip(segments, segments[1:]):
                 if a.next_offset > b.base_offset:
                     report.append(f"segment {a.log_path.name} ends at offset {a.next_offset}, past the base "
@@ -511,17 +515,17 @@ class PartitionLog:
                 raise LogClosedError(f"{self.path.name} is closed")
             i = max(bisect_right(self._bases, entry.last_offset) - 1, 0)
             seg = self._segments[i]
-            created = not seg.txnindex_path.exists()
             txn_index.append(seg.txnindex_path, [entry])
             seg.txn_dirty = True
             seg.dirty = True
-            if created:
-                self._dir_dirty = True
+            if not seg.has_txnindex:
+                seg.has_txnindex = True
+                self._dir_dirty = True  # a new file: the directory entry must be durable too
 
     def aborted_txns(self) -> list[txn_index.AbortedTxnEntry]:
         """Every entry of the segments' transaction indexes, in marker order."""
         with self._lock:
-            paths = [seg.txnindex_path for seg in self._segments]
+            paths = [seg.txnindex_path for seg in self._segments if seg.has_txnindex]
         out: list[txn_index.AbortedTxnEntry] = []
         for path in paths:
             out += txn_index.read(path)[0]

@@ -194,7 +194,7 @@ class LogSegment:
         "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
         "_idx_file_entries", "_tidx_file_entries",
         "dirty", "pins", "close_pending", "closed", "index_damage", "time_index_damaged", "index_error",
-        "untruncated", "txn_dirty",
+        "untruncated", "txn_dirty", "has_txnindex",
     )
 
     def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
@@ -226,6 +226,7 @@ class LogSegment:
         self.index_error: OSError | None = None  # an index write failed; retried by the next flush
         self.untruncated = False  # a failed append could not be cut off the file yet
         self.txn_dirty = False  # the transaction index was appended to since the last fsync
+        self.has_txnindex = False  # its .txnindex file exists (spares a failed open per segment)
 
     # -- paths ----------------------------------------------------------------------------------
 
