@@ -43,7 +43,7 @@ from sharebroker.broker.groups.consumer_group import (
     validate_heartbeat,
 )
 from sharebroker.broker.groups.consumer_protocol import (
-    decode_assignment,
+    decode_assignment_with_user_data,
     decode_subscription,
     encode_assignment,
     version_of,
@@ -309,7 +309,8 @@ class ConsumerGroupCoordinator:
         if kind not in (None, "consumer"):
             if kind == "classic" and create and self.classic.is_empty_group(group_id):
                 return ConsumerGroup(group_id)  # Kafka replaces an empty classic group by the new consumer group
-            if kind == "classic" and create and self._may_upgrade(group_id):
+            if kind == "classic" and create:
+                self._check_upgrade(group_id)
                 return self._upgraded(group_id)
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if group is None:
@@ -405,21 +406,21 @@ class ConsumerGroupCoordinator:
 
     # -- online migration between classic and consumer groups -----------------------------------
 
-    def _may_upgrade(self, group_id: str) -> bool:
-        """Kafka's validateOnlineUpgrade, for a classic group with members."""
-        classic = self.classic.groups.get(group_id)
-        if classic is None:
-            return False
+    def _check_upgrade(self, group_id: str) -> None:
+        """Kafka's validateOnlineUpgrade, for a classic group with members: GROUP_ID_NOT_FOUND
+        saying why it cannot become a consumer group."""
+        classic = self.classic.groups[group_id]
         why = None
         if not self._migration("upgrade"):
-            why = "the online upgrade is disabled"
+            why = "online upgrade is disabled"
         elif classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
             why = "the group does not use the consumer embedded protocol"
         elif len(classic.members) > self.broker_config["group.consumer.max.size"]:
             why = "the group size exceeds the consumer group maximum size"
         if why is not None:
             log.info("classic group not upgraded", group=group_id, reason=why)
-        return why is None
+            raise KafkaError(ErrorCode.group_id_not_found,
+                             f"Cannot upgrade classic group {group_id} to consumer group because {why}.")
 
     def _upgraded(self, group_id: str) -> ConsumerGroup:
         """Kafka's ConsumerGroup.fromClassicGroup: every classic member becomes a member of the
@@ -433,10 +434,12 @@ class ConsumerGroupCoordinator:
             try:
                 metadata = cm.metadata(classic.protocol_name) if classic.protocol_name else cm.protocols[0][1]
                 subscription = decode_subscription(metadata)
-                owned = decode_assignment(cm.assignment)
+                owned, user_data = decode_assignment_with_user_data(cm.assignment)
             except (ValueError, IndexError):
                 raise KafkaError(ErrorCode.group_id_not_found, f"Cannot upgrade the classic group {group_id} to "
                                  "consumer group because the embedded consumer protocol is malformed.") from None
+            if user_data:  # a custom assignor's state: the server-side assignors would drop it
+                raise KafkaError(ErrorCode.unsupported_version, "userData from a custom assignor would be lost")
             assigned = {topics[name].topic_id: frozenset(parts) for name, parts in owned if name in topics and parts}
             member = ConsumerMember(
                 cm.member_id, instance_id=cm.group_instance_id, rack_id=subscription.rack_id, client_id=cm.client_id,
@@ -550,7 +553,11 @@ class ConsumerGroupCoordinator:
     async def _classic_join(self, group: ConsumerGroup, req: ClassicJoin, version: int) -> JoinResult:
         settings = self.settings(group.group_id)
         now = self.clock.monotonic_ms()
+        epoch_before = group.epoch
         try:
+            if str(self.broker_config["group.consumer.migration.policy"]).lower() == "disabled":
+                raise KafkaError(ErrorCode.inconsistent_group_protocol, f"Cannot join the consumer group "
+                                 f"{group.group_id} with the classic protocol because the group migration is disabled.")
             if req.unknown_member and req.instance_id is None and version >= 4:
                 group.check_classic_join(req, settings)
                 return JoinResult(ErrorCode.member_id_required, req.member_id)  # rejoin with this id
@@ -568,7 +575,8 @@ class ConsumerGroupCoordinator:
         log.info("consumer group classic member joined", group=group.group_id, member=member.member_id,
                  instance=member.instance_id, epoch=member.epoch, group_epoch=group.epoch)
         if downgrade:
-            await self._convert_to_classic(group, None, rebalance=False)
+            # A changed subscription makes the assignment stale: the classic group rebalances then.
+            await self._convert_to_classic(group, None, rebalance=group.epoch != epoch_before)
         else:
             await self.persist(group)
         assert member.classic is not None

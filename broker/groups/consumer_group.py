@@ -560,7 +560,7 @@ class ConsumerGroup:
             raise KafkaError(ErrorCode.inconsistent_group_protocol,
                              f"The protocol name {protocol_name} from member {member_id} request is not equal to the "
                              f"protocol name {member.classic.protocol_name} returned in the join response.")
-        if self.epoch > member.epoch and member.current.state != UNREVOKED_PARTITIONS:
+        if self.assignment_epoch > member.epoch and member.current.state != UNREVOKED_PARTITIONS:
             self._ask_rejoin(member, now_ms)
             raise KafkaError(ErrorCode.rebalance_in_progress, f"A new rebalance is triggered in group {self.group_id} "
                              f"and member {member_id} should rejoin to catch up.")
@@ -585,7 +585,7 @@ class ConsumerGroup:
         assert member.classic is not None
         member.session_deadline_ms = now_ms + member.classic.session_timeout_ms
         state = member.current.state
-        if (member.epoch < self.epoch or state == UNREVOKED_PARTITIONS
+        if (member.epoch < self.assignment_epoch or state == UNREVOKED_PARTITIONS
                 or (state == UNRELEASED_PARTITIONS and not self.waiting_on_unreleased_partition(member))):
             self._ask_rejoin(member, now_ms)
             return ErrorCode.rebalance_in_progress

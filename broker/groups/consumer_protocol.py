@@ -100,11 +100,18 @@ def encode_assignment(partitions: Iterable[tuple[str, Iterable[int]]], version: 
 def decode_assignment(data: bytes) -> TopicPartitions:
     """The assigned partitions of a ConsumerProtocolAssignment (empty bytes: none). Raises
     ValueError on malformed bytes."""
+    return decode_assignment_with_user_data(data)[0]
+
+
+def decode_assignment_with_user_data(data: bytes) -> tuple[TopicPartitions, bytes | None]:
+    """The assigned partitions and the assignor's user data (None when null or absent)."""
     if not data:
-        return ()
+        return (), None
     try:
         r = Reader(data)
         r.i16()
-        return _topic_partitions(r, len(data))
+        partitions = _topic_partitions(r, len(data))
+        user_data = r.bytes_() if r.pos < len(data) else None
+        return partitions, user_data
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed consumer protocol assignment: {exc}") from None

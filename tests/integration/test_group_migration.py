@@ -22,6 +22,7 @@ from tests.integration.test_consumer_protocol import FAST, Member, hb_request
 
 TIMEOUT = 45.0
 GROUP_ID_NOT_FOUND = 69
+UNSUPPORTED_VERSION = 35
 CLASSIC = {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
 
 
@@ -66,9 +67,14 @@ def balanced_and_stable(bootstrap: str, group: str, members: list[Member], parti
             and covers(members, partitions) and all(len(m.assignment()) == share for m in members))
 
 
-@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])
-def test_classic_group_upgraded_by_a_consumer_member_and_downgraded_when_it_leaves(mbroker: Broker,
-                                                                                    strategy: str) -> None:
+@pytest.mark.parametrize(("strategy", "classic_first"), [("range,roundrobin", True), ("cooperative-sticky", False)],
+                         ids=["eager-classic-group-upgraded", "cooperative-members-join-a-consumer-group"])
+def test_classic_and_consumer_members_in_one_group_then_downgraded(mbroker: Broker, strategy: str,
+                                                                   classic_first: bool) -> None:
+    """Eager classic members upgraded by a consumer-protocol member joining their group; or
+    cooperative classic members joining a consumer group (librdkafka's cooperative-sticky leaves
+    assignor user data in its assignments, so Kafka refuses to upgrade such a group: see below).
+    Either way the consumer member's leaving downgrades the group to a classic one."""
     topic, group = new_name("t"), new_name("mig")
     partitions = 6
     create_topic(mbroker.bootstrap, topic, partitions=partitions)
@@ -80,25 +86,41 @@ def test_classic_group_upgraded_by_a_consumer_member_and_downgraded_when_it_leav
         produce_sync(producer, topic, [{"key": f"k{i}".encode(), "value": f"{wave}-{i}".encode()} for i in range(n)])
         produced += n
 
-    classic = [ClassicMember(mbroker.bootstrap, group, [topic], **{"partition.assignment.strategy": strategy})
-               for _ in range(2)]
+    def new_classic() -> list[ClassicMember]:
+        return [ClassicMember(mbroker.bootstrap, group, [topic], **{"partition.assignment.strategy": strategy})
+                for _ in range(2)]
+
+    classic: list[ClassicMember] = []
     modern: Member | None = None
-    everyone: list[Member] = list(classic)
+    everyone: list[Member] = []
 
     def consumed() -> int:
         return sum(len(m.records) for m in everyone)
 
     try:
-        wait_for(lambda: covers(classic, partitions), TIMEOUT, message="two classic members share the partitions")
-        assert group_type(mbroker.bootstrap, group) == ConsumerGroupType.CLASSIC
-        produce(300, "classic")
-        wait_for(lambda: consumed() >= produced, TIMEOUT, message="the classic members consume")
+        if classic_first:
+            classic = new_classic()
+            everyone += classic
+            wait_for(lambda: covers(classic, partitions), TIMEOUT, message="two classic members share the partitions")
+            assert group_type(mbroker.bootstrap, group) == ConsumerGroupType.CLASSIC
+        else:
+            modern = Member(mbroker.bootstrap, group, [topic])
+            everyone.append(modern)
+            wait_for(lambda: len(modern.assignment()) == partitions, TIMEOUT, message="the consumer member owns all")
+            assert group_type(mbroker.bootstrap, group) == ConsumerGroupType.CONSUMER
+        produce(300, "first")
+        wait_for(lambda: consumed() >= produced, TIMEOUT, message="the first members consume")
 
-        modern = Member(mbroker.bootstrap, group, [topic])
-        everyone.append(modern)
-        produce(300, "upgrading")  # records arrive while the group changes protocol
+        if classic_first:
+            modern = Member(mbroker.bootstrap, group, [topic])
+            everyone.append(modern)
+        else:
+            classic = new_classic()
+            everyone += classic
+        produce(300, "joining")  # records arrive while the group changes
         wait_for(lambda: group_type(mbroker.bootstrap, group) == ConsumerGroupType.CONSUMER, TIMEOUT,
-                 message="the group is upgraded to a consumer group")
+                 message="the group is a consumer group")
+        assert modern is not None
         wait_for(lambda: balanced_and_stable(mbroker.bootstrap, group, [*classic, modern], partitions), TIMEOUT,
                  message="classic and consumer members share the partitions evenly")
         desc = consumer_group_describe(mbroker.bootstrap, group)
@@ -132,6 +154,31 @@ def test_classic_group_upgraded_by_a_consumer_member_and_downgraded_when_it_leav
     assert {tp.partition: tp.offset for tp in committed} == ends
 
 
+def test_upgrade_refused_while_assignments_carry_assignor_user_data(mbroker: Broker) -> None:
+    """Kafka 4 (KAFKA-18134) will not upgrade a classic group whose assignments carry assignor user
+    data the server-side assignors would drop: librdkafka's cooperative-sticky writes some once the
+    group has rebalanced. The consumer member is refused; the classic group carries on."""
+    topic, group = new_name("t"), new_name("mig")
+    create_topic(mbroker.bootstrap, topic, partitions=4)
+    sticky = {"partition.assignment.strategy": "cooperative-sticky"}
+    first = ClassicMember(mbroker.bootstrap, group, [topic], **sticky)
+    second: ClassicMember | None = None
+    try:
+        wait_for(lambda: len(first.assignment()) == 4, TIMEOUT, message="the first member owns all")
+        second = ClassicMember(mbroker.bootstrap, group, [topic], **sticky)
+        wait_for(lambda: covers([first, second], 4), TIMEOUT, message="a second generation shares them")
+        with rk.RawClient(mbroker.bootstrap) as raw:
+            resp = raw.request(hb_request(group, uuid.uuid4().hex, 0, topics=(topic,), rebalance_ms=5000, owned=()))
+            assert (int(resp.error_code), resp.error_message) == (
+                UNSUPPORTED_VERSION, "userData from a custom assignor would be lost")
+        assert group_type(mbroker.bootstrap, group) == ConsumerGroupType.CLASSIC
+        assert covers([first, second], 4)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 def test_upgrade_refused_when_the_migration_policy_forbids_it(make_broker: Any) -> None:
     b = make_broker({**FAST, "group.consumer.migration.policy": "downgrade"})
     topic, group = new_name("t"), new_name("mig")
@@ -141,8 +188,9 @@ def test_upgrade_refused_when_the_migration_policy_forbids_it(make_broker: Any) 
         wait_for(lambda: len(classic.assignment()) == 2, TIMEOUT, message="a classic member owns the partitions")
         with rk.RawClient(b.bootstrap) as raw:
             resp = raw.request(hb_request(group, uuid.uuid4().hex, 0, topics=(topic,), rebalance_ms=5000, owned=()))
-            assert (int(resp.error_code), resp.error_message) == (GROUP_ID_NOT_FOUND,
-                                                                  f"Group {group} is not a consumer group.")
+            assert (int(resp.error_code), resp.error_message) == (
+                GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {group} to consumer group because online upgrade "
+                                    "is disabled.")
         assert group_type(b.bootstrap, group) == ConsumerGroupType.CLASSIC
         assert len(classic.assignment()) == 2
     finally:

@@ -122,6 +122,41 @@ async def test_upgrade_refused_when_the_policy_disables_it(tmp_path: Path) -> No
         assert b.group_type("g") == "classic"
 
 
+async def test_disabled_migration_keeps_classic_members_out_of_a_consumer_group(tmp_path: Path) -> None:
+    async with running_broker(tmp_path, {**SETTINGS, "group.consumer.migration.policy": "disabled"}) as b:
+        b.topics.create("t", 1, {}, now_ms())
+        await b.consumer_groups._heartbeat("g", _join("c1", "t"))
+        joined = await b.consumer_groups.classic_join(
+            group_id="g", member_id="", group_instance_id=None, client_id="c", client_host="/127.0.0.1",
+            session_timeout_ms=10_000, rebalance_timeout_ms=10_000, protocol_type="consumer",
+            protocols=(("range", _subscription("t")),), version=5)
+        assert joined.error == ErrorCode.inconsistent_group_protocol
+        assert set(b.consumer_groups.groups["g"].members) == {"c1"}
+
+
+async def test_upgrade_refused_when_a_custom_assignor_left_user_data(tmp_path: Path) -> None:
+    async with running_broker(tmp_path, SETTINGS) as b:
+        b.topics.create("t", 2, {}, now_ms())
+        cg = b.classic_groups
+        kw = {"group_id": "g", "group_instance_id": None, "client_id": "c", "client_host": "/127.0.0.1",
+              "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "protocol_type": "consumer",
+              "protocols": (("custom", _subscription("t")),), "version": 5}
+        first = await cg.join(member_id="", **kw)
+        joined = await cg.join(member_id=first.member_id, **kw)
+        synced = await cg.sync(group_id="g", member_id=joined.member_id, group_instance_id=None, generation_id=1,
+                               protocol_type="consumer", protocol_name="custom",
+                               assignments={joined.member_id: encode_assignment([("t", [0, 1])], 1, b"state")})
+        assert synced.error == ErrorCode.none
+        try:
+            await b.consumer_groups._heartbeat("g", _join("c1", "t"))
+        except Exception as exc:  # noqa: BLE001 - the KafkaError carries the code
+            assert getattr(exc, "code", None) == ErrorCode.unsupported_version
+            assert getattr(exc, "message", "") == "userData from a custom assignor would be lost"
+        else:
+            raise AssertionError("the upgrade must refuse to drop a custom assignor's user data")
+        assert b.group_type("g") == "classic" and list(b.classic_groups.groups["g"].members) == [joined.member_id]
+
+
 async def test_consumer_group_offsets_expire_and_the_empty_group_goes(tmp_path: Path) -> None:
     async with running_broker(tmp_path, SETTINGS) as b:
         b.topics.create("t", 1, {}, now_ms())
