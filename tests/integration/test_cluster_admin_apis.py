@@ -1,7 +1,7 @@
 """Cluster-level describe calls of admin tools (kafbat's statistics and quota pages,
 kafka-metadata-quorum.sh, kafka-configs.sh, Redpanda Console's users page), answered as a single
 combined Kafka 4.2 node without security answers them: DescribeQuorum with this node as the only
-voter, no client quotas, no SCRAM users, and no delegation tokens on a PLAINTEXT listener."""
+voter, no client quotas, no SCRAM users, and no delegation tokens on a listener without security."""
 
 from __future__ import annotations
 
@@ -37,6 +37,23 @@ def _this_node(bootstrap: str) -> tuple[int, str, int]:
                     include_topic_authorized_operations=False)
     (b,) = meta.brokers
     return b.node_id, b.host, b.port
+
+
+def _listener_name(bootstrap: str, node_id: int, port: int) -> str:
+    """The name of the listener clients reach on `port`: PLAINTEXT for a broker of the tests' own
+    (one listener, on an ephemeral port), INTERNAL for the compose broker (several)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    client = admin(bootstrap)
+    resource = ConfigResource(ResourceType.BROKER, str(node_id))
+    configs = client.describe_configs([resource])[resource].result(timeout=TIMEOUT)
+    listeners = [item.strip().partition("://") for item in (configs["listeners"].value or "").split(",")]
+    if len(listeners) == 1:
+        return listeners[0][0]
+    for name, _, address in listeners:
+        if address.rpartition(":")[2] == str(port):
+            return name
+    raise AssertionError(f"no listener of node {node_id} on port {port}: {configs['listeners'].value}")
 
 
 def test_api_versions_advertises_exactly_these_ranges(broker) -> None:
@@ -79,7 +96,8 @@ def test_describe_quorum_has_this_node_as_leader_and_only_voter(broker, version:
         assert voter.replica_directory_id in (None, uuid.UUID(int=0))  # static quorum: none
         (node,) = resp.nodes
         assert node.node_id == node_id
-        assert [(li.name, li.host, li.port) for li in node.listeners] == [("PLAINTEXT", host, port)]
+        listener = _listener_name(broker.bootstrap, node_id, port)
+        assert [(li.name, li.host, li.port) for li in node.listeners] == [(listener, host, port)]
 
 
 @pytest.mark.parametrize("version", [0, 2])
@@ -115,7 +133,8 @@ def test_kafka_python_describe_metadata_quorum(broker) -> None:
     assert (p["leader_id"], p["leader_epoch"], [v["replica_id"] for v in p["current_voters"]], p["observers"]) == (
         node_id, 1, [node_id], [])
     assert [(n["node_id"], [(li["name"], li["host"], li["port"]) for li in n["listeners"]])
-            for n in result["nodes"]] == [(node_id, [("PLAINTEXT", host, port)])]
+            for n in result["nodes"]] == [(node_id, [(_listener_name(broker.bootstrap, node_id, port), host,
+                                                      port)])]
 
 
 # -- DescribeClientQuotas (48) -------------------------------------------------------------------
