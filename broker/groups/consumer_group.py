@@ -313,7 +313,9 @@ class ConsumerGroup:
     def _member_for(self, hb: Heartbeat, settings: ConsumerSettings) -> tuple[ConsumerMember, ConsumerMember | None]:
         """(the member to update, the static member it replaces); raises Kafka's errors."""
         joining = hb.member_epoch == 0
-        if len(self.members) >= settings.max_size and (not hb.member_id or hb.member_id not in self.members):
+        # A known static member replaces itself or is refused; it never grows the group (Kafka 4.x).
+        if (len(self.members) >= settings.max_size and hb.instance_id not in self.static_members
+                and (not hb.member_id or hb.member_id not in self.members)):
             raise KafkaError(ErrorCode.group_max_size_reached, "The consumer group has reached its maximum capacity of "
                              f"{settings.max_size} members.")
         if hb.instance_id is None:
@@ -478,7 +480,8 @@ class ConsumerGroup:
 
     def check_classic_join(self, req: ClassicJoin, settings: ConsumerSettings) -> None:
         """What Kafka checks before anything else, even before asking for a known member id."""
-        if len(self.members) >= settings.max_size and req.member_id not in self.members:
+        if (len(self.members) >= settings.max_size and req.instance_id not in self.static_members
+                and req.member_id not in self.members):
             raise KafkaError(ErrorCode.group_max_size_reached, "The consumer group has reached its maximum capacity "
                              f"of {settings.max_size} members.")
         if not req.protocols or not self.supports_classic_protocols(req.protocol_type, {n for n, _ in req.protocols}):

@@ -124,6 +124,21 @@ def test_epoch_fencing_and_unknown_members() -> None:
     assert e.value.code == ErrorCode.group_max_size_reached
 
 
+def test_a_full_group_still_takes_back_its_static_member() -> None:
+    """Kafka 4.x's throwIfConsumerGroupIsFull: a known instance id never grows the group."""
+    g = ConsumerGroup("g")
+    join(g, "m1", instance_id="i1")
+    full = ConsumerSettings(max_size=1)
+    g.heartbeat(Heartbeat("m1", -2, instance_id="i1"), TOPICS, 1, full)  # a temporary static leave
+    back = g.heartbeat(Heartbeat("m2", 0, instance_id="i1", rebalance_timeout_ms=1000, subscribed_names=("a",),
+                                 owned=()), TOPICS, 2, full)
+    assert back.member_id == "m2" and set(g.members) == {"m2"}
+    with pytest.raises(KafkaError) as e:
+        g.heartbeat(Heartbeat("m3", 0, instance_id="i2", rebalance_timeout_ms=1000, subscribed_names=("a",),
+                              owned=()), TOPICS, 3, full)
+    assert e.value.code == ErrorCode.group_max_size_reached
+
+
 def test_static_member_rejoins_with_its_assignment() -> None:
     g = ConsumerGroup("g")
     join(g, "m1", instance_id="i1")
