@@ -240,3 +240,31 @@ def test_consumer_protocol_group_in_the_consumer_groups_tool(make_broker, topic_
     r = ok(cg(b, "--describe", "--group", classic, "--state"))
     assert table_rows(r.stdout)[0] == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
     assert table_rows(r.stdout)[1][0] == classic and table_rows(r.stdout)[1][-2:] == ["Empty", "0"]
+
+
+def test_members_of_both_protocols_show_upgraded_in_verbose_members(make_broker, topic_name):
+    """Kafka 4.x's --members --verbose adds UPGRADED when classic and consumer-protocol members
+    share a group: true for the consumer-protocol member, false for the classic one."""
+    b = make_broker(BROKER).bootstrap
+    create_topic(b, topic_name, partitions=PARTITIONS)
+    group = new_group("mixed")
+    modern = protocol_consumer(b, group, topic_name, "modern")
+    classic = Consumer(consumer_conf(b, **{"group.id": group, "client.id": "classic", "session.timeout.ms": 6000,
+                                           "heartbeat.interval.ms": 300}))
+    classic.subscribe([topic_name])
+    try:
+        def both_members_own_two() -> bool:
+            for c in (modern, classic):
+                c.poll(0.05)
+            return all(len(c.assignment()) == PARTITIONS // 2 for c in (modern, classic))
+        wait_for(both_members_own_two, TIMEOUT, 0.01, "the classic member joined the consumer group")
+        r = ok(cg(b, "--describe", "--group", group, "--members", "--verbose"))
+        assert table_rows(r.stdout)[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                                           "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                                           "TARGET-ASSIGNMENT", "UPGRADED"]
+        assert {d["CLIENT-ID"]: (d["UPGRADED"], d["#PARTITIONS"]) for d in table_dicts(r.stdout)} == {
+            "modern": ("true", str(PARTITIONS // 2)), "classic": ("false", str(PARTITIONS // 2))}
+        # without the verbose columns nothing says which protocol a member speaks, as in Kafka
+        assert "UPGRADED" not in table_rows(ok(cg(b, "--describe", "--group", group, "--members")).stdout)[0]
+    finally:
+        close_all(classic, modern)
