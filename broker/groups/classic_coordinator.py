@@ -451,8 +451,10 @@ class ClassicGroupCoordinator:
             await self._append(group_id, [(crec.offset_commit_key(group_id, t, p), None) for t, p in committed])
 
     def is_empty_group(self, group_id: str) -> bool:
+        """Kafka's ClassicGroup.isEmpty: in the Empty state. A member only told MEMBER_ID_REQUIRED
+        is not a member yet: a consumer group may take the id, and its JoinGroup then goes there."""
         group = self.groups.get(group_id)
-        return group is not None and group.state == EMPTY and not group.pending_members
+        return group is not None and group.state == EMPTY
 
     def session_timeout_allowed(self, session_timeout_ms: int) -> bool:
         return self.config["group.min.session.timeout.ms"] <= session_timeout_ms <= self.config["group.max.session.timeout.ms"]

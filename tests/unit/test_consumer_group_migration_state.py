@@ -109,6 +109,25 @@ async def test_upgrade_keeps_classic_members_across_a_restart_and_the_last_consu
         assert b3.group_type("g") == "classic" and b3.consumer_groups.groups == {}
 
 
+async def test_a_classic_member_only_told_its_member_id_follows_the_group_to_the_consumer_protocol(
+        tmp_path: Path) -> None:
+    """An Empty classic group whose first member got MEMBER_ID_REQUIRED is still empty (Kafka's
+    ClassicGroup.isEmpty): a consumer member takes the id, and the JoinGroup that follows with the
+    member id joins the consumer group as a member of the classic protocol."""
+    async with running_broker(tmp_path, SETTINGS) as b:
+        b.topics.create("t", 2, {}, now_ms())
+        kw = {"group_id": "g", "group_instance_id": None, "client_id": "c", "client_host": "/127.0.0.1",
+              "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "protocol_type": "consumer",
+              "protocols": (("range", _subscription("t")),), "version": 5}
+        first = await b.classic_groups.join(member_id="", **kw)
+        assert first.error == ErrorCode.member_id_required
+        reply = await b.consumer_groups._heartbeat("g", _join("c1", "t"))
+        assert reply["member_epoch"] == 1 and b.group_type("g") == "consumer"
+        joined = await b.consumer_groups.classic_join(member_id=first.member_id, **kw)  # type: ignore[arg-type]
+        assert joined.error == ErrorCode.none and joined.member_id == first.member_id
+        assert set(b.consumer_groups.groups["g"].members) == {"c1", first.member_id}
+
+
 async def test_upgrade_refused_when_the_policy_disables_it(tmp_path: Path) -> None:
     async with running_broker(tmp_path, {**SETTINGS, "group.consumer.migration.policy": "downgrade"}) as b:
         b.topics.create("t", 1, {}, now_ms())
