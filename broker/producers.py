@@ -235,10 +235,11 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
         if h.last_offset >= start:
             producers.replay(data, h)
     known = {(a.producer_id, a.first_offset, a.last_offset) for a in indexed}
-    missing = [a for a in [*from_snapshot, *producers.aborted] if (a.producer_id, a.first_offset, a.last_offset)
-               not in known]
-    missing = list({(a.producer_id, a.first_offset, a.last_offset): a for a in missing}.values())
-    for a in sorted(missing, key=lambda a: a.last_offset):
+    unindexed: dict[tuple[int, int, int], AbortedTxn] = {}
+    for a in sorted([*from_snapshot, *producers.aborted], key=lambda a: a.last_offset):
+        unindexed.setdefault((a.producer_id, a.first_offset, a.last_offset), a)
+    missing = [a for k, a in unindexed.items() if k not in known]
+    for a in missing:
         if a.last_offset >= plog.log_start_offset:
             plog.append_aborted_txn(a)
     producers.aborted = sorted([*indexed, *missing], key=lambda a: a.last_offset)

@@ -14,7 +14,7 @@ restates what the log holds); responses that acknowledge it are sent after the a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -29,10 +29,11 @@ from sharebroker.broker.groups.classic_group import (
     ClassicSettings,
     JoinRequest,
     JoinResult,
+    ClassicMember,
     MetadataWrite,
-    Protocols,
     SyncResult,
 )
+from sharebroker.broker.groups.consumer_protocol import assignment_version, encode_assignment
 from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
 from sharebroker.broker.structured_log import get_logger
 
@@ -460,10 +461,10 @@ class ClassicGroupCoordinator:
         return self.config["group.min.session.timeout.ms"] <= session_timeout_ms <= self.config["group.max.session.timeout.ms"]
 
     def take_over(self, group_id: str) -> list[Record]:
-        """A consumer group takes over this classic group's id (empty, or upgraded with its members):
-        whoever waits in JoinGroup or SyncGroup is told to rejoin, the group goes from memory, and
-        the returned tombstone is for the caller to append in the same step. Committed offsets stay
-        in the store for the consumer group."""
+        """A consumer group takes over this classic group's id (empty, or upgraded with its members;
+        or an `adopt` whose record could not be appended is undone): whoever waits in JoinGroup or
+        SyncGroup is told to rejoin, the group goes from memory, and the returned tombstone is for
+        the caller to append in the same step. Committed offsets stay in the store."""
         group = self.groups.get(group_id)
         if group is None:
             return []
@@ -472,29 +473,25 @@ class ClassicGroupCoordinator:
         self._forget(group_id, keep_offsets=True)
         return [(crec.group_metadata_key(group_id), None)]
 
-    def adopt(self, group_id: str, snapshot: crec.GroupSnapshot, protocols: dict[str, Protocols]) -> list[Record]:
-        """A consumer group downgraded to a classic group: install the group `snapshot` describes
-        (Stable, its members with every protocol they support) and return its record for the caller
-        to append in the same step; `rebalance` then starts the rebalance Kafka triggers."""
-        group = self._new_group(group_id, snapshot)
-        for member in group.members.values():
-            member.protocols = protocols.get(member.member_id, member.protocols)
-        value = crec.group_metadata_value(snapshot)
+    def adopt(self, group_id: str, generation: int, members: list[ClassicMember],
+              assigned: Mapping[str, Iterable[tuple[str, Iterable[int]]]]) -> list[Record]:
+        """A consumer group downgraded to a classic group: install it Stable at `generation` with
+        `members` (every protocol they support) holding `assigned` (partitions by topic name, per
+        member id) in the protocol they vote for, and return its record for the caller to append
+        in the same step; `rebalance` then starts the rebalance Kafka triggers (and `take_over`
+        removes it again if the append fails)."""
+        now = now_ms()
+        group = ClassicGroup.stable(group_id, self.settings(), generation, members, now)
+        for m in group.members.values():
+            m.assignment = encode_assignment(assigned.get(m.member_id, ()),
+                                             assignment_version(m.metadata(group.protocol_name)))
+        group.offsets = self._offsets_of(group_id)
+        value = crec.group_metadata_value(group.snapshot({m.member_id: m.assignment for m in group.members.values()}))
         self.groups[group_id] = group
         self._persisted[group_id] = value
-        group.loaded(now_ms())
+        group.loaded(now)
         self._after(group)  # its members' session timers run from now
         return [(crec.group_metadata_key(group_id), value)]
-
-    def discard(self, group_id: str) -> None:
-        """Undo `adopt` when its record could not be appended: whoever joined meanwhile is told to
-        rejoin (and finds the consumer group again)."""
-        group = self.groups.get(group_id)
-        if group is None:
-            return
-        group.mark_dead(now_ms(), ErrorCode.rebalance_in_progress)
-        self._after(group)
-        self._forget(group_id, keep_offsets=True)
 
     def rebalance(self, group_id: str) -> None:
         group = self._group(group_id)

@@ -24,7 +24,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.groups.consumer_protocol import decode_subscription
+from sharebroker.broker.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, decode_subscription
 from sharebroker.broker.groups.classic_records import (
     CommittedOffset,
     GroupSnapshot,
@@ -42,7 +42,6 @@ _VALID_PREVIOUS = {
     DEAD: {STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD},
 }
 
-CONSUMER_PROTOCOL_TYPE = "consumer"
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 Protocols = tuple[tuple[str, bytes], ...]
 
@@ -303,13 +302,31 @@ class ClassicGroup:
             member = ClassicMember(ms.member_id, ms.group_instance_id, ms.client_id, ms.client_host,
                                    ms.rebalance_timeout_ms, ms.session_timeout_ms, snap.protocol_type,
                                    ((snap.protocol or "", ms.subscription),), ms.assignment)
-            group.members[member.member_id] = member
-            if member.group_instance_id is not None:
-                group.static_members[member.group_instance_id] = member.member_id
+            group._place(member)
         if group.leader_id is not None and group.leader_id not in group.members:
             group.leader_id = next(iter(group.members), None)
         group.subscribed_topics = group._compute_subscribed_topics()
         return group
+
+    @classmethod
+    def stable(cls, group_id: str, settings: ClassicSettings, generation: int, members: list[ClassicMember],
+               now_ms: int) -> ClassicGroup:
+        """A Stable group of `members` at `generation` (a consumer group downgraded, as Kafka's
+        ClassicGroup.fromConsumerGroup): the first member leads, the protocol is the one they all
+        support by vote; the caller sets the members' assignments."""
+        group = cls(group_id, settings, generation_id=generation, protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    leader_id=members[0].member_id, state=STABLE, state_timestamp_ms=now_ms)
+        for member in members:
+            group._place(member)
+        group.protocol_name = group.select_protocol()
+        group.subscribed_topics = group._compute_subscribed_topics()
+        return group
+
+    def _place(self, member: ClassicMember) -> None:
+        """A member restored or carried over (no join phase)."""
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
 
     def loaded(self, now_ms: int) -> None:
         """After replay: members that do not heartbeat within their session timeout expire."""

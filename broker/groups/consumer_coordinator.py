@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.groups import classic_records as crec
 from sharebroker.broker.groups import consumer_records as rec
 from sharebroker.broker.groups.assignors import assignor_name
-from sharebroker.broker.groups.classic_group import ClassicGroup, JoinResult, SyncResult
+from sharebroker.broker.groups.classic_group import ClassicGroup, ClassicMember, JoinResult, SyncResult
 from sharebroker.broker.groups.consumer_group import (
-    CONSUMER_PROTOCOL_TYPE,
     LEAVE_EPOCH,
     STABLE,
     ClassicJoin,
@@ -43,10 +41,10 @@ from sharebroker.broker.groups.consumer_group import (
     validate_heartbeat,
 )
 from sharebroker.broker.groups.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
     decode_assignment_with_user_data,
     decode_subscription,
     encode_assignment,
-    version_of,
 )
 from sharebroker.broker.groups.share_group import Assignment, TopicInfo
 from sharebroker.broker.structured_log import get_logger
@@ -133,12 +131,17 @@ class ConsumerGroupCoordinator:
         return ConsumerSettings(session_timeout_ms=self.group_configs(group_id).consumer_session_timeout_ms,
                                 max_size=self.broker_config["group.consumer.max.size"], assignors=self.assignors())
 
+    def _migration_policy(self) -> str:
+        return str(self.broker_config["group.consumer.migration.policy"]).lower()
+
     def _migration(self, direction: str) -> bool:
-        policy = str(self.broker_config["group.consumer.migration.policy"]).lower()
-        return policy in (direction, "bidirectional")
+        return self._migration_policy() in (direction, "bidirectional")
 
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return self.group_configs(group_id).consumer_heartbeat_interval_ms
+
+    def _topic_names(self) -> dict[uuid.UUID, str]:
+        return {t.topic_id: name for name, t in self.topics.by_name.items()}
 
     def _all_topics(self) -> dict[str, TopicInfo]:
         return {name: TopicInfo(name, t.topic_id, len(t.partitions)) for name, t in self.topics.by_name.items()}
@@ -479,53 +482,33 @@ class ConsumerGroupCoordinator:
         member with its target assignment in the protocol they all support; the consumer group's
         tombstones and the classic group's record go in one append."""
         remaining = [m for m in group.members.values() if m.member_id != leaving_id and m.classic is not None]
-        names = {t.topic_id: name for name, t in self.topics.by_name.items()}
-        supported = set.intersection(*(set(m.classic.names()) for m in remaining if m.classic is not None))
-        votes: dict[str, int] = {}
-        for m in remaining:
-            assert m.classic is not None
-            vote = next(name for name, _ in m.classic.protocols if name in supported)
-            votes[vote] = votes.get(vote, 0) + 1
-        protocol = max(sorted(votes), key=lambda n: votes[n])
-        members = []
-        for m in remaining:
-            assert m.classic is not None
-            target = group.target.get(m.member_id, {})
-            metadata = dict(m.classic.protocols)[protocol]
-            try:
-                version = version_of(metadata)
-            except ValueError:
-                version = 0
-            assignment = encode_assignment(((names[tid], ps) for tid, ps in target.items() if tid in names), version)
-            members.append(crec.MemberSnapshot(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                               m.rebalance_timeout_ms, m.classic.session_timeout_ms, metadata,
-                                               assignment))
-        snapshot = crec.GroupSnapshot(CONSUMER_PROTOCOL_TYPE, group.epoch, protocol, remaining[0].member_id,
-                                      int(time.time() * 1000), tuple(members))
+        names = self._topic_names()
+        members = [ClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                                 m.classic.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, m.classic.protocols)
+                   for m in remaining if m.classic is not None]
+        assigned = {m.member_id: [(names[tid], ps) for tid, ps in group.target.get(m.member_id, {}).items()
+                                  if tid in names] for m in remaining}
         gid = group.group_id
         persisted = self._persisted.get(gid)
-        records = list(self._unwritten.get(gid, ()))
-        records += rec.group_tombstones(gid, sorted(persisted.members) if persisted else [],
-                                        sorted(persisted.regexes) if persisted else [])
+        records = self._tombstones(gid)
         # Out of this coordinator and into the classic one in the same step as the append.
         del self.groups[gid]
         self._persisted.pop(gid, None)
-        records += self.classic.adopt(gid, snapshot, {m.member_id: m.classic.protocols for m in remaining
-                                                      if m.classic is not None})
+        records += self.classic.adopt(gid, group.epoch, members, assigned)
         if rebalance:  # before the append's wait: a SyncGroup meanwhile must not see the group Stable
             self.classic.rebalance(gid)
         try:
             await self.group_log.append(gid, records)
         except Exception:
             # Not in the log: the group stays the consumer group the log has.
-            self.classic.discard(gid)
+            self.classic.take_over(gid)
             self.groups[gid] = group
             if persisted is not None:
                 self._persisted[gid] = persisted
             raise
         self._unwritten.pop(gid, None)
         log.info("consumer group downgraded to a classic group", group=gid, leaving=leaving_id,
-                 members=len(remaining), protocol=protocol, generation=group.epoch)
+                 members=len(remaining), protocol=self.classic.groups[gid].protocol_name, generation=group.epoch)
 
     # -- members of the classic protocol ---------------------------------------------------------
 
@@ -555,7 +538,7 @@ class ConsumerGroupCoordinator:
         now = self.clock.monotonic_ms()
         epoch_before = group.epoch
         try:
-            if str(self.broker_config["group.consumer.migration.policy"]).lower() == "disabled":
+            if self._migration_policy() == "disabled":
                 raise KafkaError(ErrorCode.inconsistent_group_protocol, f"Cannot join the consumer group "
                                  f"{group.group_id} with the classic protocol because the group migration is disabled.")
             if req.unknown_member and req.instance_id is None and version >= 4:
@@ -606,7 +589,7 @@ class ConsumerGroupCoordinator:
         except KafkaError as exc:
             return SyncResult(exc.code)
         assert member.classic is not None
-        names = {t.topic_id: name for name, t in self.topics.by_name.items()}
+        names = self._topic_names()
         assignment = encode_assignment(((names[tid], ps) for tid, ps in member.current.assigned.items()
                                         if tid in names), member.classic.assignment_version())
         return SyncResult(ErrorCode.none, protocol_type, protocol_name, assignment)
@@ -675,7 +658,7 @@ class ConsumerGroupCoordinator:
             return {"error_code": ErrorCode.group_id_not_found, "error_message": message, "group_id": group_id,
                     "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
                     "members": []}
-        names = {t.topic_id: name for name, t in self.topics.by_name.items()}
+        names = self._topic_names()
 
         def topic_partitions(a: Assignment) -> dict[str, Any]:
             return {"topic_partitions": [{"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}
@@ -707,12 +690,17 @@ class ConsumerGroupCoordinator:
             log.info("consumer group deleted", group=group_id)
             return ErrorCode.none, None
 
+    def _tombstones(self, group_id: str, first: list[Record] | None = None) -> list[Record]:
+        """What a group's going appends: anything not yet written, `first`, then the tombstones of
+        everything the log holds of it."""
+        persisted = self._persisted.get(group_id) or _Persisted()
+        return [*self._unwritten.get(group_id, ()), *(first or ()),
+                *rec.group_tombstones(group_id, sorted(persisted.members), sorted(persisted.regexes))]
+
     async def _delete(self, group: ConsumerGroup, first: list[Record] | None = None) -> None:
         """Tombstone an empty group (after `first`, e.g. its expired offsets) and forget it."""
         group_id = group.group_id
-        persisted = self._persisted.get(group_id) or _Persisted()
-        records = list(self._unwritten.get(group_id, ())) + list(first or ())
-        records += rec.group_tombstones(group_id, sorted(persisted.members), sorted(persisted.regexes))
+        records = self._tombstones(group_id, first)
         del self.groups[group_id]  # gone in the same step as the tombstones, for compaction
         try:
             await self.group_log.append(group_id, records)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.groups.assignors import MemberSubscription, assign
-from sharebroker.broker.groups.consumer_protocol import decode_subscription, version_of
+from sharebroker.broker.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, assignment_version, decode_subscription
 from sharebroker.broker.groups.share_group import Assignment, TopicInfo
 from sharebroker.protocol.errors import KafkaError
 
@@ -36,7 +36,6 @@ MEMBER_STATE_NAMES = {STABLE: "STABLE", UNREVOKED_PARTITIONS: "UNREVOKED_PARTITI
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 # Group states (ConsumerGroupState)
 EMPTY, ASSIGNING, RECONCILING, GROUP_STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
-CONSUMER_PROTOCOL_TYPE = "consumer"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 Owned = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
@@ -67,10 +66,7 @@ class ClassicMetadata:
 
     def assignment_version(self) -> int:
         """SyncGroup answers in the version of the member's own subscription."""
-        try:
-            return version_of(self.protocols[0][1])
-        except ValueError:
-            return 0
+        return assignment_version(self.protocols[0][1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,14 +306,18 @@ class ConsumerGroup:
 
     # -- heartbeat -------------------------------------------------------------------------------
 
+    def _check_room(self, member_id: str, instance_id: str | None, settings: ConsumerSettings) -> None:
+        """Kafka 4.x's throwIfConsumerGroupIsFull: a new member is refused at group.consumer.max.size;
+        a known static instance replaces itself or is refused otherwise, it never grows the group."""
+        if (len(self.members) >= settings.max_size and instance_id not in self.static_members
+                and (not member_id or member_id not in self.members)):
+            raise KafkaError(ErrorCode.group_max_size_reached, "The consumer group has reached its maximum capacity of "
+                             f"{settings.max_size} members.")
+
     def _member_for(self, hb: Heartbeat, settings: ConsumerSettings) -> tuple[ConsumerMember, ConsumerMember | None]:
         """(the member to update, the static member it replaces); raises Kafka's errors."""
         joining = hb.member_epoch == 0
-        # A known static member replaces itself or is refused; it never grows the group (Kafka 4.x).
-        if (len(self.members) >= settings.max_size and hb.instance_id not in self.static_members
-                and (not hb.member_id or hb.member_id not in self.members)):
-            raise KafkaError(ErrorCode.group_max_size_reached, "The consumer group has reached its maximum capacity of "
-                             f"{settings.max_size} members.")
+        self._check_room(hb.member_id, hb.instance_id, settings)
         if hb.instance_id is None:
             member = self.members.get(hb.member_id)
             if member is None:
@@ -343,9 +343,7 @@ class ConsumerGroup:
         if existing is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.")
         if existing.member_id != hb.member_id:
-            raise KafkaError(ErrorCode.fenced_instance_id,
-                             f"Static member {hb.member_id} with instance id {hb.instance_id} was fenced by member "
-                             f"{existing.member_id}.")
+            raise _fenced(hb.member_id, hb.instance_id, existing.member_id)
         _check_epoch(existing, hb)
         return existing, None
 
@@ -427,9 +425,7 @@ class ConsumerGroup:
         if existing_id is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.")
         if existing_id != hb.member_id:
-            raise KafkaError(ErrorCode.fenced_instance_id,
-                             f"Static member {hb.member_id} with instance id {hb.instance_id} was fenced by member "
-                             f"{existing_id}.")
+            raise _fenced(hb.member_id, hb.instance_id, existing_id)
         if hb.member_epoch == STATIC_LEAVE_EPOCH:
             # A temporary leave: the member keeps its assignment until its session expires.
             m = self.members[existing_id]
@@ -473,17 +469,12 @@ class ConsumerGroup:
         if existing is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
         if existing.member_id != req.member_id:
-            raise KafkaError(ErrorCode.fenced_instance_id,
-                             f"Static member {req.member_id} with instance id {req.instance_id} was fenced by member "
-                             f"{existing.member_id}.")
+            raise _fenced(req.member_id, req.instance_id, existing.member_id)
         return existing, None
 
     def check_classic_join(self, req: ClassicJoin, settings: ConsumerSettings) -> None:
         """What Kafka checks before anything else, even before asking for a known member id."""
-        if (len(self.members) >= settings.max_size and req.instance_id not in self.static_members
-                and req.member_id not in self.members):
-            raise KafkaError(ErrorCode.group_max_size_reached, "The consumer group has reached its maximum capacity "
-                             f"of {settings.max_size} members.")
+        self._check_room(req.member_id, req.instance_id, settings)
         if not req.protocols or not self.supports_classic_protocols(req.protocol_type, {n for n, _ in req.protocols}):
             raise KafkaError(ErrorCode.inconsistent_group_protocol, f"Member {req.member_id}'s protocols are not "
                              "supported.")
@@ -532,9 +523,7 @@ class ConsumerGroup:
                 raise KafkaError(ErrorCode.unknown_member_id, f"Member with instance id {instance_id} is not a member "
                                  f"of group {self.group_id}.")
             if member.member_id != member_id:
-                raise KafkaError(ErrorCode.fenced_instance_id,
-                                 f"Static member {member_id} with instance id {instance_id} was fenced by member "
-                                 f"{member.member_id}.")
+                raise _fenced(member_id, instance_id, member.member_id)
         if member.classic is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"Member {member.member_id} does not use the classic "
                              "protocol.")
@@ -675,6 +664,12 @@ class ConsumerGroup:
                   and m.current.state == UNREVOKED_PARTITIONS):
                 out.append((m.member_id, "rebalance timeout"))
         return out
+
+
+def _fenced(member_id: str, instance_id: str | None, owner_id: str) -> KafkaError:
+    """FENCED_INSTANCE_ID: the static instance belongs to another member id now."""
+    return KafkaError(ErrorCode.fenced_instance_id,
+                      f"Static member {member_id} with instance id {instance_id} was fenced by member {owner_id}.")
 
 
 def _check_epoch(member: ConsumerMember, hb: Heartbeat) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sharebroker.protocol.primitives import Reader, Writer
 
+CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol_type of groups using this embedded protocol
 HIGHEST_VERSION = 3
 TopicPartitions = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -53,6 +54,15 @@ def version_of(data: bytes) -> int:
     if len(data) < 2:
         raise ValueError("consumer protocol bytes too short for a version")
     return int(struct.unpack_from(">h", data)[0])
+
+
+def assignment_version(subscription: bytes) -> int:
+    """The version a member's SyncGroup assignment is written in: its subscription's (0 if that
+    does not even carry one)."""
+    try:
+        return version_of(subscription)
+    except ValueError:
+        return 0
 
 
 def decode_subscription(data: bytes) -> Subscription:

@@ -140,9 +140,7 @@ class ShareCoordinator:
                 self.store.apply(record)
                 if misplaced:
                     self._former[record.key] = index
-                    self._track(record, off, misplaced_in=index)
-                else:
-                    self._track(record, off)
+                self._track(record, off, misplaced_in=index if misplaced else None)
                 replayed += 1
         return replayed, passed
 
