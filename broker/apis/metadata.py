@@ -3,6 +3,7 @@ topics by name or by topic id (v10+); auto topic creation."""
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -11,7 +12,7 @@ from sharebroker.broker.apis import api
 from sharebroker.broker.apis.topics_admin import auto_create
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import Topic
-from sharebroker.protocol.errors import error_code_for
+from sharebroker.protocol.errors import KafkaError, error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.metadata")
 INT32_MIN = -(2**31)
+ZERO_UUID = uuid.UUID(int=0)
 # AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12
@@ -63,6 +65,41 @@ async def _auto_create(broker: Broker, name: str, conn: Connection) -> ErrorCode
         return code
 
 
+def _topic_id(item: Any) -> uuid.UUID | None:
+    """The entry's topic id, None when absent or zero (kio reads the zero id as None)."""
+    topic_id: uuid.UUID | None = getattr(item, "topic_id", None)
+    return None if topic_id == ZERO_UUID else topic_id
+
+
+async def _requested_topics(broker: Broker, conn: Connection, v: int, requested: Any, allow_auto: bool,
+                            include_ops: bool) -> list[dict[str, Any]]:
+    """Entries for a request naming topics. As Kafka's handleTopicMetadataRequest: as soon as one
+    entry carries a non-zero topic id the request is by id, and names are ignored (Java clients send
+    name "" beside the id); unknown ids come first with UNKNOWN_TOPIC_ID."""
+    ids = list(dict.fromkeys(_topic_id(item) for item in requested if _topic_id(item) is not None))
+    if v < 12:
+        if any(item.name is None for item in requested):
+            raise KafkaError(ErrorCode.invalid_request, f"Topic name can not be null for version {v}")
+        if ids:
+            raise KafkaError(ErrorCode.invalid_request, f"Topic IDs are not supported in requests for version {v}")
+    topics = broker.topics
+    if ids:
+        found = [(topic_id, topics.get_by_id(topic_id)) for topic_id in ids]
+        return ([_error_topic(None, topic_id, ErrorCode.unknown_topic_id) for topic_id, topic in found if topic is None]
+                + [topic_entry(broker, topic, include_ops) for _, topic in found if topic is not None])
+    entries = []
+    for name in dict.fromkeys(item.name for item in requested if item.name is not None):
+        topic = topics.get(name)
+        if topic is None:
+            code = await _auto_create(broker, name, conn) if allow_auto else ErrorCode.unknown_topic_or_partition
+            topic = topics.get(name)
+            if topic is None:
+                entries.append(_error_topic(name, None, code))
+                continue
+        entries.append(topic_entry(broker, topic, include_ops))
+    return entries
+
+
 @api(3)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
@@ -78,24 +115,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         for known in sorted(topics.by_name.values(), key=lambda t: t.name):
             entries.append(topic_entry(broker, known, include_ops))
     else:
-        for item in requested:
-            name = getattr(item, "name", None)
-            topic_id = getattr(item, "topic_id", None)
-            if name is None:
-                topic = topics.get_by_id(topic_id)
-                if topic is None:
-                    entries.append(_error_topic(None, topic_id, ErrorCode.unknown_topic_id))
-                else:
-                    entries.append(topic_entry(broker, topic, include_ops))
-                continue
-            topic = topics.get(name)
-            if topic is None:
-                code = await _auto_create(broker, name, conn) if allow_auto else ErrorCode.unknown_topic_or_partition
-                topic = topics.get(name)
-                if topic is None:
-                    entries.append(_error_topic(name, None, code))
-                    continue
-            entries.append(topic_entry(broker, topic, include_ops))
+        entries = await _requested_topics(broker, conn, v, requested, allow_auto, include_ops)
     cls = response_class(3, v)
     data = {
         "throttle_time": 0,

@@ -10,6 +10,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions,
                                    NewTopic, ResourceType)
 
+from kio.schema.errors import ErrorCode
+
 from tests.integration import rawkafka as rk
 from tests.integration.clients import admin, consumer_conf, produce_sync, producer_conf
 
@@ -115,6 +117,36 @@ def test_create_topic_metadata_and_configs(broker, topic_name):
 
 
 @pytest.mark.needs_own_broker("changes broker-wide settings")
+def _metadata_by_id(raw, entries: list[tuple[uuid.UUID | None, str | None]], version: int = 12):
+    cls = rk.req_cls(3, version)
+    topic_cls = rk._nested(cls, "topics")
+    return raw.request(cls(topics=tuple(topic_cls(topic_id=tid, name=name) for tid, name in entries),
+                           allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+
+
+def test_metadata_by_topic_id_ignores_the_name_java_sends(broker, topic_name):
+    """Kafka's Java client asks Metadata v12+ by id with name "" (not null); Kafka resolves the id
+    and ignores names as soon as one entry has an id. Unknown ids: UNKNOWN_TOPIC_ID, listed first."""
+    a = admin(broker.bootstrap)
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=2, replication_factor=1))
+    fut.result(timeout=TIMEOUT)
+    tid = _topic_id(a, topic_name)
+    unknown = uuid.uuid4()
+    with rk.RawClient(broker.bootstrap) as raw:
+        for version in (12, 13):
+            resp = _metadata_by_id(raw, [(tid, ""), (unknown, ""), (tid, None)], version)
+            assert [(int(t.error_code), t.name, t.topic_id) for t in resp.topics] == [
+                (ErrorCode.unknown_topic_id.value, None, unknown), (0, topic_name, tid)]
+            assert len(resp.topics[1].partitions) == 2
+        # an entry by name beside one by id: the request is by id (the name is neither looked up nor created)
+        resp = _metadata_by_id(raw, [(tid, ""), (None, topic_name + "-other")])
+        assert [(int(t.error_code), t.name) for t in resp.topics] == [(0, topic_name)]
+        # ids before v12 are refused as Kafka refuses them
+        resp = _metadata_by_id(raw, [(tid, topic_name)], version=11)
+        assert [int(t.error_code) for t in resp.topics] == [ErrorCode.invalid_request.value]
+    assert topic_name + "-other" not in a.list_topics(timeout=10).topics
+
+
 def test_alter_broker_configs(make_broker):
     b = make_broker()
     a = admin(b.bootstrap)
