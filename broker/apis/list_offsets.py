@@ -19,9 +19,13 @@ if TYPE_CHECKING:
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
-LATEST_TIERED = -4
-EARLIEST_LOCAL = -5
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
+# The first ListOffsets version each special timestamp may be sent with (Kafka's ReplicaManager);
+# any other negative timestamp, or one sent with an older version, is UNSUPPORTED_VERSION.
+SPECIAL_TIMESTAMP_MIN_VERSION = {EARLIEST: 1, LATEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                                 EARLIEST_PENDING_UPLOAD: 11}
 
 
 def _lookup(partition: Any, timestamp: int, read_committed: bool) -> tuple[int, int]:
@@ -46,7 +50,7 @@ def _find(plog: Any, timestamp: int) -> tuple[int, int]:
         ts, offset = found
         return offset, ts
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
-        return -1, -1  # no tiered storage
+        return -1, -1  # no tiered storage: nothing uploaded, nothing pending (the local log start is EARLIEST_LOCAL)
     found = plog.offset_for_timestamp(timestamp)
     if found is None:
         return -1, -1
@@ -71,6 +75,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             parts.append(entry)
             if seen[(lt.name, lp.partition_index)] > 1:
                 entry["error_code"] = ErrorCode.invalid_request
+                continue
+            if lp.timestamp < 0 and v < SPECIAL_TIMESTAMP_MIN_VERSION.get(lp.timestamp, 1 << 16):
+                entry["error_code"] = ErrorCode.unsupported_version
                 continue
             if topic is None or not 0 <= lp.partition_index < len(topic.partitions):
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition

@@ -4,6 +4,7 @@ ListOffsets and DeleteRecords, against the real broker subprocess."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import random
 import threading
 import time
@@ -359,6 +360,40 @@ def test_delete_records_moves_low_watermark(broker, topic_name):
     # delete_records to OFFSET_END (-1) empties the partition
     (fut,) = a.delete_records([TopicPartition(topic_name, 0, -1)], request_timeout=10).values()
     assert fut.result(timeout=15).low_watermark == 10
+
+
+def _list_offset(bootstrap: str, topic: str, timestamp: int, version: int) -> tuple[int, int]:
+    """(error code, offset) of a raw ListOffsets for partition 0."""
+    cls = rk.req_cls(2, version)
+    tcls = rk._nested(cls, "topics")
+    pcls = rk._nested(tcls, "partitions")
+    req = cls(**rk._fit(cls, {"replica_id": -1, "isolation_level": 0, "timeout": datetime.timedelta(0),
+                              "topics": (tcls(name=topic, partitions=(
+                                  pcls(partition_index=0, current_leader_epoch=-1, timestamp=timestamp),)),)}))
+    with rk.RawClient(bootstrap) as raw:
+        (p,) = raw.request(req).topics[0].partitions
+    return int(p.error_code), int(p.offset)
+
+
+def test_list_offsets_special_timestamps_after_delete_records(broker, topic_name):
+    """Kafka's ListOffsetsRequest: EARLIEST_LOCAL_TIMESTAMP is -4, LATEST_TIERED_TIMESTAMP -5,
+    EARLIEST_PENDING_UPLOAD -6. Without remote storage Kafka answers the log start offset for -4 and
+    -1 for -5 and -6; each is refused with UNSUPPORTED_VERSION below the version that introduced it."""
+    create_topic(broker.bootstrap, topic_name)
+    p = Producer(producer_conf(broker.bootstrap, **{"linger.ms": 0}))
+    for i in range(3):
+        produce_sync(p, topic_name, [{"partition": 0, "value": f"d{i}".encode()}])
+    a = admin(broker.bootstrap)  # kept: the futures die with their client
+    (fut,) = a.delete_records([TopicPartition(topic_name, 0, 1)], request_timeout=10).values()
+    assert fut.result(timeout=15).low_watermark == 1
+    answers = {ts: _list_offset(broker.bootstrap, topic_name, ts, 11) for ts in (-2, -4, -5, -6, -1, -3)}
+    assert answers == {-2: (0, 1), -4: (0, 1), -5: (0, -1), -6: (0, -1), -1: (0, 3), -3: (0, 2)}
+    unsupported = 35
+    assert _list_offset(broker.bootstrap, topic_name, -4, 7) == (unsupported, -1)
+    assert _list_offset(broker.bootstrap, topic_name, -5, 8) == (unsupported, -1)
+    assert _list_offset(broker.bootstrap, topic_name, -6, 10) == (unsupported, -1)
+    assert _list_offset(broker.bootstrap, topic_name, -7, 11) == (unsupported, -1)
+    assert _list_offset(broker.bootstrap, topic_name, -4, 8) == (0, 1)
 
 
 def test_pipelined_produce_frames_of_every_size_are_stored_in_order(broker, topic_name):
