@@ -364,9 +364,11 @@ class ConsumerGroup:
             member.server_assignor = hb.server_assignor
         member.client_id, member.client_host = hb.client_id, hb.client_host
         member.classic = None  # a static member of the classic protocol replaced by one of the consumer protocol
-        # Only a subscription change bumps the group epoch (Kafka's hasMemberSubscriptionChanged);
-        # topic metadata changes are caught by `refresh`.
-        bump = False
+        # A new group always moves off epoch 0, even for a member subscribed to nothing yet (its
+        # next heartbeat at epoch 0 would otherwise be a first request again); after that only a
+        # subscription change bumps the group epoch (Kafka's hasMemberSubscriptionChanged); topic
+        # metadata changes are caught by `refresh`.
+        bump = self.epoch == 0
         if hb.subscribed_names is not None and frozenset(hb.subscribed_names) != frozenset(member.subscribed_names):
             member.subscribed_names = tuple(hb.subscribed_names)
             bump = True

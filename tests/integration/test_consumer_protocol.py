@@ -185,6 +185,23 @@ def test_heartbeat_error_codes(cbroker: Broker) -> None:
         assert err(hb_request(share, "m", 0, topics=(topic,), rebalance_ms=1000, owned=()))[0] == GROUP_ID_NOT_FOUND
 
 
+def test_a_member_joining_a_new_group_with_no_subscription_moves_it_off_epoch_0(cbroker: Broker) -> None:
+    """Kafka's Java consumer subscribed to a pattern that matches nothing yet joins with
+    SubscribedTopicNames=[]; Kafka bumps a new group off epoch 0 on any first join, so the member is
+    at epoch 1 and its next heartbeat (no rebalance timeout, as the client sends it) is accepted;
+    the pattern matching a topic later gets it partitions."""
+    topic, group = new_name("t"), new_name("cg")
+    with rk.RawClient(cbroker.bootstrap) as raw:
+        first = raw.request(hb_request(group, "m1", 0, topics=(), rebalance_ms=5000, owned=()))
+        assert (first.error_code, first.error_message, first.member_epoch) == (NONE, None, 1)
+        beat = raw.request(hb_request(group, "m1", first.member_epoch))
+        assert (beat.error_code, beat.error_message, beat.member_epoch) == (NONE, None, 1)
+        create_topic(cbroker.bootstrap, topic, partitions=2)
+        sub = raw.request(hb_request(group, "m1", 1, topics=(topic,), owned=()))
+        assert sub.error_code == NONE and sub.member_epoch == 2
+        assert sorted(p for _, ps in owned_of(sub) for p in ps) == [0, 1]
+
+
 def test_group_max_size(make_broker: Any) -> None:
     b = make_broker({**FAST, "group.consumer.max.size": "1"})
     topic, group = new_name("t"), new_name("cg")
