@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.topics_admin import auto_create
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.broker.topics import Topic
+from sharebroker.broker.topics import Topic, validate_topic_name
 from sharebroker.protocol.errors import KafkaError, error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
@@ -54,8 +54,17 @@ def _error_topic(name: str | None, topic_id: Any, code: ErrorCode) -> dict[str, 
             "topic_authorized_operations": INT32_MIN}
 
 
-async def _auto_create(broker: Broker, name: str, conn: Connection) -> ErrorCode:
-    """auto_create, with a failure (a full disk, a bug) answered in this topic's entry only."""
+async def _missing_topic(broker: Broker, name: str, conn: Connection, allow_auto: bool) -> ErrorCode:
+    """The error for a topic that does not exist: INVALID_TOPIC_EXCEPTION for an illegal name
+    whether or not the request may create topics (Kafka's getTopicMetadata validates the name; the
+    Java share consumer asks without auto-creation), else auto_create's answer, with a failure (a
+    full disk, a bug) answered in this topic's entry only."""
+    try:
+        validate_topic_name(name)
+    except KafkaError as exc:
+        return exc.code
+    if not allow_auto:
+        return ErrorCode.unknown_topic_or_partition
     try:
         return await auto_create(broker, name)
     except Exception as exc:
@@ -91,7 +100,7 @@ async def _requested_topics(broker: Broker, conn: Connection, v: int, requested:
     for name in dict.fromkeys(item.name for item in requested if item.name is not None):
         topic = topics.get(name)
         if topic is None:
-            code = await _auto_create(broker, name, conn) if allow_auto else ErrorCode.unknown_topic_or_partition
+            code = await _missing_topic(broker, name, conn, allow_auto)
             topic = topics.get(name)
             if topic is None:
                 entries.append(_error_topic(name, None, code))

@@ -63,7 +63,7 @@ def _validate_new_topic(broker: Broker, name: str) -> None:
 
 
 async def auto_create(broker: Broker, name: str) -> ErrorCode:
-    """Metadata-triggered creation (auto.create.topics.enable), as Kafka's AutoTopicCreationManager
+    """Metadata-triggered creation of a valid name (auto.create.topics.enable), as Kafka's AutoTopicCreationManager
     does in KRaft: the Metadata request that triggers it is answered UNKNOWN_TOPIC_OR_PARTITION at
     once and the topic is created after it, as a CreateTopics with num.partitions and
     default.replication.factor sent to the controller would be; while that creation is pending,
@@ -71,10 +71,6 @@ async def auto_create(broker: Broker, name: str) -> ErrorCode:
     new topic id, if a deleted one is re-created) at its next metadata refresh."""
     if not broker.config["auto.create.topics.enable"]:
         return ErrorCode.unknown_topic_or_partition
-    try:
-        validate_topic_name(name)
-    except KafkaError as exc:
-        return exc.code
     if name in INTERNAL_TOPICS:
         # Their coordinators create them on first use with their own partition counts and
         # settings; num.partitions would break the group-to-partition mapping.

@@ -147,6 +147,18 @@ def test_metadata_by_topic_id_ignores_the_name_java_sends(broker, topic_name):
     assert topic_name + "-other" not in a.list_topics(timeout=10).topics
 
 
+def test_metadata_for_an_illegal_topic_name_is_invalid_topic_without_auto_creation(broker):
+    """Kafka validates a missing topic's name in Metadata whether or not the request may create it;
+    Java's share consumer asks without auto-creation and throws InvalidTopicException from poll."""
+    with rk.RawClient(broker.bootstrap) as raw:
+        for allow_auto in (False, True):
+            resp = raw.request(rk.metadata_request(["topic abc", "no-such-topic-here"], allow_auto=allow_auto))
+            codes = {t.name: int(t.error_code) for t in resp.topics}
+            assert codes["topic abc"] == ErrorCode.invalid_topic_exception.value
+            if not allow_auto:
+                assert codes["no-such-topic-here"] == ErrorCode.unknown_topic_or_partition.value
+
+
 def test_alter_broker_configs(make_broker):
     b = make_broker()
     a = admin(b.bootstrap)
