@@ -319,7 +319,8 @@ class Broker:
 
     def _start_timers(self) -> None:
         loop = asyncio.get_running_loop()
-        self._timers.append(loop.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention)))
+        self._timers.append(loop.create_task(self._every(self.config["log.retention.check.interval.ms"], self._retention,
+                                                         first_ms=self.config["log.initial.task.delay.ms"])))
         self._timers.append(loop.create_task(self._every(self._flush_check_ms(), self._time_flush)))
         self._timers.append(loop.create_task(self._every(60_000, self._expire_producers)))
         idle_ms = self.config["connections.max.idle.ms"]
@@ -329,9 +330,11 @@ class Broker:
         interval = self.config["log.flush.scheduler.interval.ms"]
         return max(10, min(interval, 1000)) if interval < _MAX else 1000
 
-    async def _every(self, interval_ms: int, fn: Any) -> None:
+    async def _every(self, interval_ms: int, fn: Any, *, first_ms: int | None = None) -> None:
+        delay_ms = interval_ms if first_ms is None else first_ms
         while True:
-            await asyncio.sleep(interval_ms / 1000)
+            await asyncio.sleep(delay_ms / 1000)
+            delay_ms = interval_ms
             try:
                 fn()
             except Exception:

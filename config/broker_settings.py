@@ -32,6 +32,26 @@ def _share_assignors(name: str, value: tuple[str, ...]) -> None:
             raise ConfigError.invalid(name, item, "sharebroker supports only the built-in share group assignor: simple")
 
 
+_GROUP_TYPES = ("classic", "consumer", "share", "streams")
+_DEFAULT_PERSISTER = "org.apache.kafka.server.share.persister.DefaultStatePersister"
+
+
+def _rebalance_protocols(name: str, value: tuple[str, ...]) -> None:
+    """Kafka's KafkaConfig.groupCoordinatorRebalanceProtocols: known group types, classic always on."""
+    for item in value:
+        if item.lower() not in _GROUP_TYPES:
+            raise ConfigError.invalid(name, item, f"String must be one of: {', '.join(_GROUP_TYPES)}")
+    if "classic" not in (item.lower() for item in value):
+        raise ConfigError(name, "Disabling the 'classic' protocol is not supported.")
+
+
+def _share_persister(name: str, value: str | None) -> None:
+    # "" is Kafka's no-op persister, used by some of Kafka's own tests; share state here is always
+    # written to __share_group_state, which such a test cannot tell apart.
+    if value not in ("", _DEFAULT_PERSISTER):
+        raise ConfigError.invalid(name, value, f"sharebroker keeps share-group state with {_DEFAULT_PERSISTER} only")
+
+
 def _broker_defs() -> list[ConfigDef]:
     d = ConfigDef
     return [
@@ -54,6 +74,20 @@ def _broker_defs() -> list[ConfigDef]:
         d("listener.security.protocol.map", "string", "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
           "Map from listener name to security protocol, NAME:PROTOCOL pairs separated by commas.", _protocol_map_syntax),
         d("inter.broker.listener.name", "string", None, "Listener used between brokers." + _COMPAT),
+        d("broker.rack", "string", None, "Rack of this node, reported to clients in Metadata and DescribeCluster."),
+        d("auto.leader.rebalance.enable", "boolean", True, "Move leadership back to preferred replicas." + _COMPAT),
+        d("controlled.shutdown.enable", "boolean", True, "Hand leadership over before shutting down." + _COMPAT),
+        d("background.threads", "int", 10, "Background task threads." + _COMPAT, AtLeast(1)),
+        d("replica.socket.timeout.ms", "int", 30000, "Socket timeout of replica fetchers." + _COMPAT),
+        d("controller.socket.timeout.ms", "int", 30000, "Socket timeout of controller connections." + _COMPAT),
+        d("replica.selector.class", "string", None, "Selects the replica a consumer fetches from." + _COMPAT),
+        d("server.max.startup.time.ms", "long", LONG_MAX, "Longest a broker waits to catch up with the metadata log at "
+          "start." + _COMPAT, AtLeast(0)),
+        d("metadata.log.dir", "string", None, "Directory of the KRaft metadata log." + _COMPAT),
+        d("unstable.api.versions.enable", "boolean", False, "Advertise API versions still under development. sharebroker "
+          "serves only released versions, so there is nothing more to advertise."),
+        d("unstable.feature.versions.enable", "boolean", False, "Allow feature levels still under development. sharebroker "
+          "finalizes only released feature levels."),
         d("num.network.threads", "int", 3, "Network threads." + _COMPAT, AtLeast(1)),
         d("num.io.threads", "int", 8, "Request handler threads." + _COMPAT, AtLeast(1)),
         d("socket.send.buffer.bytes", "int", 102400, "SO_SNDBUF for client sockets; -1 uses the OS default."),
@@ -95,6 +129,8 @@ def _broker_defs() -> list[ConfigDef]:
         d("log.retention.bytes", "long", -1, "Delete old segments once a partition is larger than this; -1 means no size limit.",
           dynamic=True),
         d("log.retention.check.interval.ms", "long", 300000, "How often retention is checked.", AtLeast(1)),
+        d("log.initial.task.delay.ms", "long", 30000, "Delay after start-up before the first retention check (then every "
+          "log.retention.check.interval.ms).", AtLeast(0)),
         d("log.cleanup.policy", "list", ("delete",), "Default cleanup policy: delete and/or compact.",
           ListOf(*CLEANUP_POLICIES), dynamic=True),
         d("log.index.size.max.bytes", "int", 10485760, "Maximum size of an offset index file.", AtLeast(4)),
@@ -128,7 +164,20 @@ def _broker_defs() -> list[ConfigDef]:
         d("compression.zstd.level", "int", 3, "zstd level when compression.type is zstd.", Between(-131072, 22)),
         d("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all produce.", AtLeast(1)),
         d("unclean.leader.election.enable", "boolean", False, "Allow out-of-sync replicas to become leader."),
+        d("log.unclean.leader.election.enable", "boolean", False, "Not a Kafka setting (Kafka warns and ignores it), but "
+          "Kafka's own tests pass it; accepted and ignored."),
+        d("log.cleaner.enable", "boolean", True, "Run the log cleaner. sharebroker has no log cleaner yet: topics with "
+          "cleanup.policy=compact are not compacted."),
+        d("log.cleaner.threads", "int", 1, "Log cleaner threads (no log cleaner yet).", AtLeast(0)),
+        d("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory of the log cleaner (no log cleaner yet)."),
         # -- classic, consumer and streams groups, offsets -----------------------------------------
+        d("group.coordinator.rebalance.protocols", "list", ("classic", "consumer", "streams"), "The enabled rebalance "
+          "protocols. Without 'consumer', ConsumerGroupHeartbeat and ConsumerGroupDescribe are answered UNSUPPORTED_VERSION "
+          "(clients with group.protocol=consumer are told to revert to classic); 'classic' cannot be disabled; 'share' is "
+          "deprecated in Kafka (share groups follow the share.version feature) and changes nothing.", _rebalance_protocols),
+        d("group.coordinator.threads", "int", 4, "Group coordinator threads." + _COMPAT, AtLeast(1)),
+        d("group.coordinator.append.linger.ms", "int", -1, "How long group coordinator writes wait to be batched. "
+          "sharebroker appends each as soon as the previous one is written; accepted and ignored.", AtLeast(-1)),
         d("group.initial.rebalance.delay.ms", "int", 3000, "Delay before the first rebalance of a new classic group."),
         d("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a classic group member may ask for."),
         d("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout a classic group member may ask for."),
@@ -148,6 +197,11 @@ def _broker_defs() -> list[ConfigDef]:
         d("group.consumer.migration.policy", "string", "bidirectional", "Whether non-empty classic groups are upgraded "
           "to consumer groups and back: disabled, downgrade, upgrade or bidirectional.",
           OneOf("disabled", "downgrade", "upgrade", "bidirectional")),
+        d("group.consumer.regex.refresh.interval.ms", "int", 600000, "How often regular-expression subscriptions are "
+          "resolved again. sharebroker resolves them at every group epoch and topic change, so new topics are seen at "
+          "once; accepted and ignored.", AtLeast(1)),
+        d("group.streams.max.size", "int", INT_MAX, "Most members in a streams group (streams groups are not served).",
+          AtLeast(1)),
         d("group.streams.session.timeout.ms", "int", 45000, "Session timeout of streams group members.", AtLeast(1)),
         d("group.streams.min.session.timeout.ms", "int", 45000, "Lower bound for streams.session.timeout.ms.", AtLeast(1)),
         d("group.streams.max.session.timeout.ms", "int", 60000, "Upper bound for streams.session.timeout.ms.", AtLeast(1)),
@@ -163,6 +217,9 @@ def _broker_defs() -> list[ConfigDef]:
         d("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", AtLeast(1)),
         d("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.", AtLeast(1)),
         d("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets are looked for.", AtLeast(1)),
+        d("offsets.load.buffer.size", "int", 5242880, "Read batch size when loading __consumer_offsets.", AtLeast(1)),
+        d("offsets.topic.compression.codec", "int", 0, "Compression codec of __consumer_offsets records; sharebroker "
+          "writes them uncompressed.", Between(0, 4)),
         d("offsets.commit.timeout.ms", "int", 5000, "How long a coordinator write may wait.", AtLeast(1)),
         d("offset.metadata.max.bytes", "int", 4096, "Largest metadata string of a committed offset."),
         # -- producers and transactions ------------------------------------------------------------
@@ -181,6 +238,11 @@ def _broker_defs() -> list[ConfigDef]:
         d("transaction.partition.verification.enable", "boolean", True,
           "Refuse a transactional write to a partition the producer has not added to its transaction."),
         # -- share groups --------------------------------------------------------------------------
+        d("group.share.enable", "boolean", False, "Kafka's internal switch for share groups, used by its tests. Share "
+          "groups follow the share.version feature, finalized on every sharebroker, so they are on either way."),
+        d("group.share.persister.class.name", "string", _DEFAULT_PERSISTER, "The share-group state persister: Kafka's "
+          "DefaultStatePersister (or empty, Kafka's no-op persister, accepted); state is always kept in __share_group_state.",
+          _share_persister),
         d("group.share.max.size", "int", 200, "Most members in one share group.", Between(1, 1000)),
         d("group.share.session.timeout.ms", "int", 45000, "Session timeout of share group members; default of "
           "share.session.timeout.ms.", AtLeast(1)),
@@ -227,6 +289,8 @@ def _broker_defs() -> list[ConfigDef]:
         # of 1 MiB; refusing it at start-up beats a state topic that can never be created.
         d("share.coordinator.state.topic.segment.bytes", "int", 104857600, "Segment size of __share_group_state "
           "(at least 1048576, the minimum of segment.bytes).", AtLeast(1048576)),
+        d("share.coordinator.state.topic.compression.codec", "int", 0, "Compression codec of __share_group_state "
+          "records; sharebroker writes them uncompressed.", Between(0, 4)),
         d("share.coordinator.threads", "int", 1, "Share coordinator threads." + _COMPAT, AtLeast(1)),
         d("share.coordinator.snapshot.update.records.per.snapshot", "int", 500, "Update records written for a share "
           "partition between two snapshots.", Between(0, 500)),

@@ -19,10 +19,22 @@ if TYPE_CHECKING:
 log = get_logger("sharebroker.groups")
 
 
+def consumer_protocol_enabled(broker: Broker) -> bool:
+    """Kafka's isConsumerGroupProtocolEnabled: "consumer" in group.coordinator.rebalance.protocols."""
+    return any(p.lower() == "consumer" for p in broker.config["group.coordinator.rebalance.protocols"])
+
+
 @api(68)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(68, req.api_version)
     body = req.body
+    if not consumer_protocol_enabled(broker):
+        # Kafka's KafkaApis: an error code alone, which clients turn into "revert to the classic protocol"
+        log.warning("consumer group heartbeat refused", conn=conn.id, group=body.group_id, member=body.member_id,
+                    error=ErrorCode.unsupported_version.name,
+                    message="the consumer rebalance protocol is not in group.coordinator.rebalance.protocols")
+        return build(cls, {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "error_message": None,
+                           "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None})
     try:
         result = await broker.consumer_groups.heartbeat(body, req.api_version, conn)
     except KafkaError as exc:

@@ -33,6 +33,6 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "brokers": [{"broker_id": broker.node_id, "host": host, "port": port,
-                     "rack": None, "is_fenced": False}],
+                     "rack": broker.config["broker.rack"], "is_fenced": False}],
         "cluster_authorized_operations": CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else INT32_MIN,
     })

@@ -255,7 +255,7 @@ def _respond(broker: Broker, conn: Connection, req: DecodedRequest, read: _Read,
     endpoints: tuple[NodeEndpoint, ...] = ()
     if read.leader_moved:
         # the leader as a client on this listener reaches it
-        endpoints = (NodeEndpoint(broker.node_id, *broker.endpoint(conn.listener)),)
+        endpoints = (NodeEndpoint(broker.node_id, *broker.endpoint(conn.listener), broker.config["broker.rack"]),)
     return encode_fetch_response(req.correlation_id, v, _response_topics(answers, v >= 13), session_id=session_id,
                                  node_endpoints=endpoints)
 

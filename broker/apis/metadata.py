@@ -30,7 +30,7 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 def broker_entry(broker: Broker, conn: Connection) -> dict[str, Any]:
     host, port = broker.endpoint(conn.listener)
-    return {"node_id": broker.node_id, "host": host, "port": port, "rack": None}
+    return {"node_id": broker.node_id, "host": host, "port": port, "rack": broker.config["broker.rack"]}
 
 
 def topic_entry(broker: Broker, topic: Topic, include_ops: bool) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResourc
 from kio.schema.errors import ErrorCode
 
 from tests.integration import rawkafka as rk
+from sharebroker.testing import wait_for
 from tests.integration.clients import admin, consumer_conf, produce_sync, producer_conf
 
 TIMEOUT = 15
@@ -330,3 +331,33 @@ def test_describe_cluster_single_node_and_stable_cluster_id(make_broker):
     # Metadata agrees with DescribeCluster
     md = a2.list_topics(timeout=10)
     assert md.cluster_id == first_id and md.controller_id == 1
+
+
+def test_broker_rack_is_reported_to_clients(make_broker):
+    b = make_broker({"broker.rack": "rack-a"})
+    with rk.RawClient(b.bootstrap) as raw:
+        (node,) = raw.request(rk.metadata_request([])).brokers
+        cls = rk.req_cls(60, 0)
+        (described,) = raw.request(cls(**rk._fit(cls, {"include_cluster_authorized_operations": False}))).brokers
+    assert node.rack == "rack-a" and described.rack == "rack-a"
+
+
+def test_log_initial_task_delay_runs_the_first_retention_check_early(make_broker, topic_name):
+    """log.initial.task.delay.ms: the first retention check comes that long after start-up, then
+    every log.retention.check.interval.ms (an hour here): a restart with expired data cuts it at once."""
+    b = make_broker({"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 3_600_000})
+    a = admin(b.bootstrap)
+    (fut,) = _create(a, NewTopic(topic_name, num_partitions=1, replication_factor=1,
+                                 config={"segment.ms": "1", "retention.ms": "100"}))
+    fut.result(timeout=TIMEOUT)
+    p = Producer(producer_conf(b.bootstrap, **{"linger.ms": 0}))
+    for i in range(3):  # separate appends: each rolls the expired segment before it
+        produce_sync(p, topic_name, [{"partition": 0, "value": b"r%d" % i}])
+    p.flush(10)
+    b.restart()
+    c = Consumer(consumer_conf(b.bootstrap))
+    try:
+        wait_for(lambda: c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=5)[0] > 0, TIMEOUT,
+                 message="retention at start-up to move the log start offset")
+    finally:
+        c.close()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: F401
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: F401
 
 from tests.brokers import module_broker
 from tests.integration import rawkafka as rk
@@ -384,3 +384,47 @@ def test_commit_validation_by_member_epoch(cbroker: Broker) -> None:
                                           topics=(tt(topic_id=tid, partition_indexes=(0,)),)),),
                                 require_stable=False))
         assert resp.groups[0].topics[0].partitions[0].committed_offset == 5
+
+
+def test_consumer_protocol_disabled_by_rebalance_protocols(make_broker: Any) -> None:
+    """group.coordinator.rebalance.protocols=classic, as Kafka: ConsumerGroupHeartbeat and
+    ConsumerGroupDescribe are answered UNSUPPORTED_VERSION (librdkafka then fails the consumer
+    with its "revert to the classic protocol" error) while classic groups work."""
+    b = make_broker({**FAST, "group.coordinator.rebalance.protocols": "classic"})
+    topic, group = new_name("t"), new_name("cg")
+    create_topic(b.bootstrap, topic)
+    with rk.RawClient(b.bootstrap) as raw:
+        resp = join(raw, group, "m1", (topic,))
+        assert (resp.error_code, resp.error_message) == (UNSUPPORTED_VERSION, None)
+        desc = raw.request(rk.req_cls(69, 0)(group_ids=(group,), include_authorized_operations=False))
+        assert [(g.group_id, g.error_code) for g in desc.groups] == [(group, UNSUPPORTED_VERSION)]
+    errors: list[Any] = []
+    conf = consumer_conf(b.bootstrap, **{"group.id": group, "group.protocol": "consumer", "error_cb": errors.append})
+    conf.pop("session.timeout.ms")  # a broker setting under the consumer protocol
+    c = Consumer(conf)
+    try:
+        c.subscribe([topic])
+
+        def refused() -> bool:  # librdkafka: a fatal error delivered as a message error
+            m = c.poll(0.2)
+            if m is not None and m.error() is not None:
+                errors.append(m.error())
+            return any(e.code() == KafkaError._FATAL and "ConsumerGroupHeartbeat fatal error: Broker: API version not "
+                       "supported" in e.str() for e in errors)
+        wait_for(refused, TIMEOUT, message="the consumer-protocol consumer told the protocol is unsupported")
+    finally:
+        c.close()
+    produce_sync(Producer(producer_conf(b.bootstrap)), topic, [{"value": b"x"}])
+    classic = Consumer(consumer_conf(b.bootstrap, **{"group.id": new_name("classic"), "auto.offset.reset": "earliest"}))
+    try:
+        classic.subscribe([topic])
+        got: list[bytes] = []
+
+        def consumed() -> bool:
+            m = classic.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            return got == [b"x"]
+        wait_for(consumed, TIMEOUT, message="a classic consumer of the same broker")
+    finally:
+        classic.close()

@@ -312,7 +312,7 @@ def test_a_moved_log_start_offset_is_news(broker, topic_name):
 def test_retention_moving_the_log_start_reaches_the_session(make_broker, topic_name):
     """Retention announces nothing (no append); the session still answers the new log start
     offset of a caught-up partition, from the look it takes at all its partitions every second."""
-    b = make_broker({"log.retention.check.interval.ms": 50})
+    b = make_broker({"log.retention.check.interval.ms": 50, "log.initial.task.delay.ms": 0})
     create_topic(b.bootstrap, topic_name, partitions=2, config={"segment.ms": "1", "retention.ms": "200"})
     ends = [produce(b.bootstrap, topic_name, 0, b"r") + 1 for _ in range(4)]  # separate appends: segments roll
     with rk.RawClient(b.bootstrap) as raw:

@@ -821,3 +821,50 @@ def test_describe_group_configs() -> None:
     assert isolation.synonyms == [ConfigSynonym("share.isolation.level", "read_committed", 8)]
     assert entries["share.renew.acknowledge.enable"].config_type == ConfigType.BOOLEAN
     assert entries["consumer.session.timeout.ms"].value == "45000"
+
+
+# The settings Apache Kafka 4.2's own test harnesses pass (TestUtils.createBrokerConfig,
+# KafkaClusterTestKit and the @ClusterConfigProperty keys of its client integration tests).
+KAFKA_TEST_HARNESS_SETTINGS = {
+    "unstable.feature.versions.enable": "true", "unstable.api.versions.enable": "true",
+    "server.max.startup.time.ms": "600000", "broker.id": "1", "node.id": "1", "controller.listener.names": "CONTROLLER",
+    "process.roles": "broker", "controller.quorum.voters": "1000@localhost:0", "replica.socket.timeout.ms": "1500",
+    "controller.socket.timeout.ms": "1500", "controlled.shutdown.enable": "true", "delete.topic.enable": "true",
+    "log.segment.delete.delay.ms": "1000", "log.cleaner.dedupe.buffer.size": "2097152",
+    "offsets.topic.replication.factor": "1", "log.initial.task.delay.ms": "100", "offsets.topic.num.partitions": "5",
+    "group.initial.rebalance.delay.ms": "0", "broker.rack": "rack-a", "num.network.threads": "2",
+    "background.threads": "2", "num.partitions": "1", "default.replication.factor": "1",
+    "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector", "metadata.log.dir": "/tmp/meta",
+    "auto.leader.rebalance.enable": "false", "log.unclean.leader.election.enable": "false", "log.cleaner.enable": "false",
+    "group.coordinator.rebalance.protocols": "classic,consumer,share", "group.coordinator.threads": "1",
+    "group.coordinator.append.linger.ms": "0", "group.consumer.regex.refresh.interval.ms": "1000",
+    "group.streams.max.size": "10", "offsets.load.buffer.size": "1024", "offsets.topic.compression.codec": "0",
+    "share.coordinator.state.topic.compression.codec": "0", "group.share.enable": "true",
+    "group.share.persister.class.name": "org.apache.kafka.server.share.persister.DefaultStatePersister",
+    "share.coordinator.state.topic.replication.factor": "1", "share.coordinator.state.topic.min.isr": "1",
+    "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
+}
+
+
+def test_every_setting_kafka_test_harnesses_pass_is_known() -> None:
+    cfg = BrokerConfig.load(env={}, overrides=KAFKA_TEST_HARNESS_SETTINGS)
+    assert cfg.unknown == []
+    assert list(cfg["group.coordinator.rebalance.protocols"]) == ["classic", "consumer", "share"]
+    assert cfg["log.initial.task.delay.ms"] == 100 and cfg["broker.rack"] == "rack-a"
+    assert load({"group.share.persister.class.name": ""})["group.share.persister.class.name"] == ""
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("consumer", "Disabling the 'classic' protocol is not supported."),
+    ("classic,queue", "Invalid value queue for configuration group.coordinator.rebalance.protocols: "
+                      "String must be one of: classic, consumer, share, streams"),
+])
+def test_rebalance_protocols_are_checked_as_kafka_does(value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load({"group.coordinator.rebalance.protocols": value})
+    assert str(err.value) == message
+
+
+def test_only_kafkas_default_share_persister_is_accepted() -> None:
+    with pytest.raises(ConfigError, match="DefaultStatePersister only"):
+        load({"group.share.persister.class.name": "com.example.MyPersister"})
