@@ -163,7 +163,9 @@ def test_a_running_producer_re_creates_a_deleted_topic_as_in_kafka(make_broker, 
         wait_for(lambda: librdkafka_log.since(mark, f"Error in metadata reply for topic {topic_name} ",
                                               "Unknown topic or partition"),
                  TIMEOUT, 0.02, "the producer's Metadata answered UNKNOWN_TOPIC_OR_PARTITION")
-        assert librdkafka_log.since(mark, "TOPICPROP", topic_name, "metadata propagation")
+        # librdkafka's log lines reach Python from its queue, one poll at a time: wait for this one too
+        wait_for(lambda: librdkafka_log.since(mark, "TOPICPROP", topic_name, "metadata propagation"), TIMEOUT, 0.02,
+                 "the producer allowing for metadata propagation")
 
         # ... and the topic comes back, created afterwards with num.partitions and a new topic id.
         code, new_id, partitions = wait_for(lambda: (r := described(b, topic_name))[0] == 0 and r, TIMEOUT, 0.02,
