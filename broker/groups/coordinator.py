@@ -68,8 +68,8 @@ class ShareGroupCoordinator:
         self._config_cache: dict[str, GroupConfig] = {}
         self._path = Path(log_dir) / GROUP_CONFIGS_FILE
         self._sweeper: asyncio.Task[None] | None = None
-        self._persisted: dict[str, tuple] = {}
-        self._persisted_members: dict[str, set[str]] = {}
+        self._persisted_epoch: dict[str, int] = {}  # group id -> the epoch its last group record says
+        self._persisted_members: dict[str, set[str]] = {}  # members with records (they need tombstones)
         self._group_locks: dict[str, asyncio.Lock] = {}
         self._group_lock_users: dict[str, int] = {}
 
@@ -92,7 +92,7 @@ class ShareGroupCoordinator:
             timeout = self.config(group.group_id).share_session_timeout_ms
             for m in group.members.values():
                 m.deadline_ms = now + timeout  # members that do not come back expire normally
-            self._persisted[group.group_id] = group.persisted_signature()
+            self._persisted_epoch[group.group_id] = group.epoch
             self._persisted_members[group.group_id] = set(group.members)
         if self.groups:
             log.info("share groups loaded", groups=len(self.groups),
@@ -151,19 +151,37 @@ class ShareGroupCoordinator:
         return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
 
     async def persist(self, group: ShareGroup) -> None:
-        """Write the group's records if anything persisted about it changed."""
-        signature = group.persisted_signature()
-        if self._persisted.get(group.group_id) == signature:
-            return
-        records = self._group_records(group)
-        members = set(group.members)
-        gone = self._persisted_members.get(group.group_id, set()) - members
+        """Write what changed of the group since its last write: its epoch, its initialized
+        partitions, the members that changed, tombstones of the members that left. Nothing when
+        nothing changed (a steady heartbeat)."""
+        gid = group.group_id
+        changed, left, initialized = group.take_changes()
+        persisted = self._persisted_members.setdefault(gid, set())
+        written = sorted(m for m in changed if m in group.members)
+        gone = sorted(m for m in left if m in persisted and m not in group.members)
+        records: list[tuple[bytes, bytes | None]] = []
+        epoch = group.epoch
+        if self._persisted_epoch.get(gid) != epoch:
+            records.append(grec.group_metadata(gid, epoch))
+        if initialized:
+            names = {t.topic_id: t.name for t in self.topics.by_name.values()}
+            records.append(grec.state_partitions(gid, group.initialized, names))
+        for member_id in written:
+            member = group.members[member_id]
+            records.append(grec.member_metadata(gid, member))
+            records.append(grec.member_assignment(gid, member))
         for member_id in gone:
-            records.extend(grec.member_tombstones(group.group_id, member_id))
-        # Marked persisted only once the append succeeded, so a failed write is retried.
-        await self.group_log.append(group.group_id, records)
-        self._persisted[group.group_id] = signature
-        self._persisted_members[group.group_id] = members
+            records.extend(grec.member_tombstones(gid, member_id))
+        if not records:
+            return
+        try:
+            await self.group_log.append(gid, records)
+        except BaseException:
+            group.give_back_changes(changed, left, initialized)  # retried with the next write
+            raise
+        self._persisted_epoch[gid] = epoch
+        persisted.update(written)
+        persisted.difference_update(gone)
 
     # -- configs ---------------------------------------------------------------------------------
 
@@ -467,7 +485,7 @@ class ShareGroupCoordinator:
                 self.groups[group_id] = group
                 raise
             self._persisted_members.pop(group_id, None)
-            self._persisted.pop(group_id, None)
+            self._persisted_epoch.pop(group_id, None)
             log.info("share group deleted", group=group_id, topics=len(deleting))
             return ErrorCode.none, None
 

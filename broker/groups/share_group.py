@@ -96,13 +96,40 @@ class ShareGroup:
         self.target: dict[str, Assignment] = {}
         self.known_topics: dict[str, uuid.UUID] = {}  # topics this group has initialized, by name
         self._metadata_signature: tuple = ()
+        # What the group's records must say again since they were last written, so that a
+        # heartbeat that changes nothing writes nothing and one that changes a member writes
+        # that member: the cost of a write never grows with the group.
+        self.changed_members: set[str] = set()
+        self.left_members: set[str] = set()
+        self.initialized_changed = False
+        self._subscriptions: Counter[str] = Counter()  # topic -> members subscribed to it
 
     @property
     def state(self) -> str:
         return STABLE if self.members else EMPTY
 
     def subscribed_topic_names(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed}
+        return set(self._subscriptions)
+
+    def _subscribe(self, member: ShareMember, topics: tuple[str, ...]) -> None:
+        self._subscriptions.subtract(member.subscribed)
+        self._subscriptions.update(topics)
+        for name in member.subscribed:
+            if self._subscriptions[name] <= 0:
+                del self._subscriptions[name]
+        member.subscribed = topics
+
+    def take_changes(self) -> tuple[set[str], set[str], bool]:
+        """(changed members, left members, initialized changed) since the last call, cleared."""
+        out = (self.changed_members, self.left_members, self.initialized_changed)
+        self.changed_members, self.left_members, self.initialized_changed = set(), set(), False
+        return out
+
+    def give_back_changes(self, changed: set[str], left: set[str], initialized: bool) -> None:
+        """Changes taken for a write that failed: written with the next one."""
+        self.changed_members |= {m for m in changed if m in self.members}
+        self.left_members |= {m for m in left if m not in self.members}
+        self.initialized_changed |= initialized
 
     # -- membership -------------------------------------------------------------------------------
 
@@ -127,6 +154,8 @@ class ShareGroup:
                                      f"The share group {self.group_id} has reached its maximum capacity of {max_size} members.")
                 member = ShareMember(member_id)
                 self.members[member_id] = member
+                self.changed_members.add(member_id)
+                self.left_members.discard(member_id)
                 self.epoch += 1
         else:
             if member is None:
@@ -136,19 +165,27 @@ class ShareGroup:
                 raise KafkaError(ErrorCode.fenced_member_epoch,
                                  f"The share group member has an invalid epoch {member_epoch}; "
                                  f"its current epoch is {member.epoch}.")
-        member.client_id = client_id
-        member.client_host = client_host
-        if rack_id is not None:
-            member.rack_id = rack_id
+        if (client_id, client_host) != (member.client_id, member.client_host) or (
+                rack_id is not None and rack_id != member.rack_id):
+            member.client_id = client_id
+            member.client_host = client_host
+            if rack_id is not None:
+                member.rack_id = rack_id
+            self.changed_members.add(member_id)
         if subscribed is not None and tuple(sorted(set(subscribed))) != member.subscribed:
-            member.subscribed = tuple(sorted(set(subscribed)))
+            self._subscribe(member, tuple(sorted(set(subscribed))))
+            self.changed_members.add(member_id)
             self.epoch += 1
         member.deadline_ms = now_ms + session_timeout_ms
         return HeartbeatResult(member_id, member.epoch, None)
 
     def remove_member(self, member_id: str) -> None:
         self.target.pop(member_id, None)
-        if self.members.pop(member_id, None) is not None:
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self._subscribe(member, ())
+            self.changed_members.discard(member_id)
+            self.left_members.add(member_id)
             self.epoch += 1
             if not self.members:
                 self.assignment_epoch = self.epoch
@@ -179,6 +216,7 @@ class ShareGroup:
             return
         self.initialized.setdefault(info.topic_id, set()).update(partitions)
         self.known_topics[info.name] = info.topic_id
+        self.initialized_changed = True
         self.epoch += 1
 
     def forget_topic(self, topic_id: uuid.UUID) -> bool:
@@ -189,6 +227,7 @@ class ShareGroup:
                 del self.known_topics[name]
                 found = True
         if found:
+            self.initialized_changed = True
             self.epoch += 1
         return found
 
@@ -197,17 +236,13 @@ class ShareGroup:
                             for n in self.subscribed_topic_names() if n in topics))
 
     def restore(self, topics: dict[str, TopicInfo]) -> None:
-        """After replaying persisted records: members keep their assignments as the target."""
+        """After replaying persisted records (which set members' fields directly): members keep
+        their assignments as the target, and nothing is waiting to be written."""
+        self._subscriptions = Counter(t for m in self.members.values() for t in m.subscribed)
         self.assignment_epoch = max((m.epoch for m in self.members.values()), default=self.epoch)
         self.target = {m.member_id: dict(m.assignment) for m in self.members.values()}
         self._metadata_signature = self.metadata_signature(topics)
-
-    def persisted_signature(self) -> tuple:
-        """Everything the group persists; a change means its records must be written again."""
-        return (self.epoch, tuple(sorted((tid, tuple(sorted(ps))) for tid, ps in self.initialized.items())),
-                tuple((m.member_id, m.epoch, m.previous_epoch, m.rack_id, m.client_id, m.client_host,
-                       m.subscribed, tuple(sorted((str(t), tuple(sorted(ps))) for t, ps in m.assignment.items())))
-                      for m in self.members.values()))
+        self.take_changes()
 
     def reconcile(self, topics: dict[str, TopicInfo]) -> None:
         """Bump the epoch if subscribed topics' metadata changed, recompute the target assignment
@@ -241,6 +276,7 @@ class ShareGroup:
             member.previous_epoch = member.epoch
             member.epoch = self.assignment_epoch
             member.assignment = self.target.get(member_id, {})
+            self.changed_members.add(member_id)
 
 def validate_heartbeat(group_id: str | None, member_id: str | None, member_epoch: int, rack_id: str | None,
                        subscribed: tuple[str, ...] | None) -> None:
