@@ -18,6 +18,7 @@ from sharebroker.config import (
 )
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
+from sharebroker.protocol.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
@@ -42,9 +43,10 @@ def _check_group_name(name: str) -> None:
 
 def _described(broker: Broker, resource_type: int, name: str) -> list[Any]:
     if resource_type == TOPIC:
+        validate_topic_name(name)
         topic = broker.topics.get(name)
         if topic is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+            raise KafkaError(ErrorCode.unknown_topic_or_partition)  # Kafka's ConfigHelper sends no message
         return describe_topic_configs(broker.config, topic.overrides)
     if resource_type == BROKER:
         _check_broker_name(broker, name)
@@ -76,7 +78,7 @@ async def describe(broker: Broker, conn: Connection, req: DecodedRequest) -> Any
                 for d in described if keys is None or d.name in keys
             ]
         except KafkaError as exc:
-            entry.update(error_code=exc.code, error_message=exc.message)
+            entry.update(error_code=exc.code, error_message=exc.message or None)
         results.append(entry)
     return build(response_class(32, req.api_version), {"throttle_time": 0, "results": results})
 

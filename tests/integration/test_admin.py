@@ -12,6 +12,7 @@ from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResourc
 
 from tests.integration import rawkafka as rk
 from tests.integration.clients import admin, consumer_conf, produce_sync, producer_conf
+from sharebroker.protocol.codec import build
 
 TIMEOUT = 15
 
@@ -184,6 +185,31 @@ def test_admin_errors_on_existing_and_unknown_topics(broker, topic_name):
     assert _error_code(fut) == KafkaError.INVALID_CONFIG
     assert "retention.ms" not in {k for k, e in _describe(a, ResourceType.TOPIC, topic_name).items()
                                   if _src(e) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def test_topic_name_refusals_and_unknown_topic_configs_answer_as_kafka(broker):
+    """Kafka 4.2's Topic.validate words for a name no topic may have (CreateTopics and
+    DescribeConfigs check the name first), and DescribeConfigs of an unknown topic answered
+    UNKNOWN_TOPIC_OR_PARTITION without a message, as Kafka's ConfigHelper does."""
+    a = admin(broker.bootstrap)
+    (fut,) = _create(a, NewTopic("bad name!", num_partitions=1, replication_factor=1))
+    with pytest.raises(KafkaException) as info:
+        fut.result(timeout=TIMEOUT)
+    assert info.value.args[0].str() == ("Topic name is invalid: 'bad name!' contains one or more characters other "
+                                        "than ASCII alphanumerics, '.', '_' and '-'")
+    request = build(rk.req_cls(32, 4), {
+        "resources": [{"resource_type": 2, "resource_name": n, "configuration_keys": None}
+                      for n in ("a b", "..", "x" * 250, f"unknown-{uuid.uuid4().hex[:8]}")],
+        "include_synonyms": False, "include_documentation": False})
+    with rk.RawClient(broker.bootstrap) as raw:
+        results = raw.request(request).results
+    assert [(int(r.error_code), r.error_message) for r in results] == [
+        (17, "Topic name is invalid: 'a b' contains one or more characters other than ASCII alphanumerics, '.', "
+             "'_' and '-'"),
+        (17, "Topic name is invalid: '..' is not allowed"),
+        (17, f"Topic name is invalid: the length of '{'x' * 250}' is longer than the max allowed length 249"),
+        (3, None),
+    ]
 
 
 def test_create_partitions_then_produce_to_new_partition(broker, topic_name):
