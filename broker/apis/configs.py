@@ -1,5 +1,6 @@
-"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for TOPIC and BROKER
-resources. Values are validated by config/ with Kafka's names, ranges and messages."""
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for TOPIC, BROKER and
+GROUP resources, and ListConfigResources (74). Values are validated by config/ with Kafka's names,
+ranges and messages."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.configs")
 
-TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -180,3 +181,27 @@ async def alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
 @api(44)
 async def incremental_alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     return await _alter_request(broker, req, incremental=True)
+
+
+@api(74)
+async def list_config_resources(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    """As Kafka's KafkaApis.handleListConfigResources: v0 (ListClientMetricsResources) knows only
+    client-metrics resources, v1 every type it lists; no types asks for all of them, and one the
+    version does not know answers UNSUPPORTED_VERSION. Groups are those with configs; there are no
+    client-metrics resources here."""
+    cls = response_class(74, req.api_version)
+    supported = (CLIENT_METRICS,) if req.api_version == 0 else (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
+    wanted = set(getattr(req.body, "resource_types", ()) or supported)
+    if not wanted <= set(supported):
+        return build(cls, {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "config_resources": ()})
+    node = str(broker.node_id)
+    found: list[tuple[str, int]] = []
+    if GROUP in wanted:
+        found += [(group_id, GROUP) for group_id in sorted(broker.share_groups.configs)]
+    for resource_type in (BROKER_LOGGER, BROKER):
+        if resource_type in wanted:
+            found.append((node, resource_type))
+    if TOPIC in wanted:
+        found += [(name, TOPIC) for name in sorted(broker.topics.by_name)]
+    return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none,
+                       "config_resources": [{"resource_name": n, "resource_type": t} for n, t in found]})

@@ -212,6 +212,39 @@ def test_topic_name_refusals_and_unknown_topic_configs_answer_as_kafka(broker):
     ]
 
 
+@pytest.mark.needs_own_broker("lists every group with configs and every topic of its broker")
+def test_list_config_resources(make_broker, topic_name):
+    """ListConfigResources (KIP-1142) as Kafka 4.2 answers it: v1 lists the groups that have
+    configs, this broker (BROKER and BROKER_LOGGER) and the topics; no types means every type; a
+    type the version does not know is UNSUPPORTED_VERSION; v0 (ListClientMetricsResources) lists
+    client-metrics resources, of which there are none."""
+    b = make_broker().bootstrap
+    a = admin(b)
+    _create(a, NewTopic(topic_name, num_partitions=1, replication_factor=1))[0].result(timeout=TIMEOUT)
+    group = f"cfg-{uuid.uuid4().hex[:8]}"
+    _incremental(a, ResourceType.GROUP, group, ("share.auto.offset.reset", "earliest", AlterConfigOpType.SET)
+                 ).result(timeout=TIMEOUT)
+
+    def listed(version: int, types: list[int]) -> tuple[int, list[tuple[str, int]]]:
+        with rk.RawClient(b) as raw:
+            resp = raw.request(build(rk.req_cls(74, version), {"resource_types": types}))
+        return int(resp.error_code), [(r.resource_name, int(getattr(r, "resource_type", 16)))
+                                      for r in resp.config_resources]
+
+    assert listed(1, [32]) == (0, [(group, 32)])
+    assert listed(1, [4, 8]) == (0, [("1", 8), ("1", 4)])
+    code, every = listed(1, [])
+    assert code == 0 and every[:3] == [(group, 32), ("1", 8), ("1", 4)]
+    assert (topic_name, 2) in every and all(t == 2 for _, t in every[3:])
+    assert listed(1, [16]) == (0, [])
+    assert listed(1, [64]) == (35, [])  # UNSUPPORTED_VERSION
+    assert listed(0, []) == (0, [])
+    # a group whose configs are all deleted is no longer listed
+    _incremental(a, ResourceType.GROUP, group, ("share.auto.offset.reset", None, AlterConfigOpType.DELETE)
+                 ).result(timeout=TIMEOUT)
+    assert listed(1, [32]) == (0, [])
+
+
 def test_create_partitions_then_produce_to_new_partition(broker, topic_name):
     a = admin(broker.bootstrap)
     (fut,) = _create(a, NewTopic(topic_name, num_partitions=3, replication_factor=1))
