@@ -245,6 +245,9 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> Command:
 
 
 def run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if getattr(args, "command_args", None) == []:  # CommandLineUtils.maybePrintHelpOrVersion
+        _usage_exit(p, p.description or "")
+
     def body(a: argparse.Namespace) -> int:
         command = check_args(p, a)
         if a.bootstrap_controller is not None:

@@ -22,7 +22,7 @@ from tests.integration.share_helpers import (
     share_consumer,
     values,
 )
-from tests.integration.test_cli import check_all, cli, fails, ok
+from tests.integration.test_cli import check_all, cli, closed_port, fails, ok
 
 TIMEOUT = 20.0
 
@@ -326,6 +326,10 @@ def test_quota_and_scram_entities(broker):
 def test_argument_rules_exit_1_with_kafka_configs_messages(broker):
     c = ["configs", "--bootstrap-server", broker.bootstrap]
     check_all([
+        (["configs"], 1, ["This tool helps to manipulate and describe entity config for a topic, client, user, broker, "
+                          "ip, client-metrics or group", "usage:"]),
+        (["configs", "--bootstrap-server", f"127.0.0.1:{closed_port()}", "--timeout", "1500", "--topic", "t",
+          "--describe"], 1, ["Cannot reach any broker within 1500 ms"]),
         ([*c, "--topic", "t"], 1, ["Command must include exactly one action: --describe, --alter", "usage:"]),
         ([*c, "--topic", "t", "--describe", "--alter"], 1, ["Command must include exactly one action"]),
         ([*c, "--topic", "t", "--describe", "--add-config", "a=b"], 1,
