@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from kio.schema.errors import ErrorCode
 
 from sharebroker.cli.common import add_connection_options, client_from_args, load_properties, run_tool
-from sharebroker.cli.wire import Client, Connection, KafkaApiError, ToolError, api_display_name, code_of, exception_text
+from sharebroker.cli.wire import Client, Connection, ToolError, api_display_name, code_of, exception_text
 from sharebroker.protocol.topic_names import invalid_topic_reason
 
 TOPICS, CLIENTS, USERS, BROKERS, IPS, CLIENT_METRICS, GROUPS = (
@@ -651,14 +651,7 @@ def config_resource_names(client: Client, command: Command, resource_type: int, 
 
 def group_ids(client: Client) -> set[str]:
     """Every group of every broker (ListGroups without filters), as Admin.listGroups."""
-    client.metadata([])
-    ids: set[str] = set()
-    for node_id in sorted(client.nodes):
-        resp = client.conn(node_id).request(16, {"states_filter": [], "types_filter": []})
-        if code_of(resp.error_code):
-            raise KafkaApiError(resp.error_code, None, "ListGroups failed: ")
-        ids.update(g.group_id for g in resp.groups)
-    return ids
+    return {g.group_id for _conn, _version, resp in client.list_groups() for g in resp.groups}
 
 
 def _exists(client: Client, command: Command, entity_type: str, name: str) -> bool:

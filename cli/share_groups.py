@@ -178,15 +178,9 @@ class ShareGroupService:
     # -- admin calls
     def list_share_groups(self, states: list[str] | None = None) -> list[tuple[str, str]]:
         """(group id, state) of every share group on every broker (ListGroups, type filter share)."""
-        self.client.metadata([])
         found: dict[str, str] = {}
-        for node_id in sorted(self.client.nodes):
-            conn = self.client.conn(node_id)
+        for conn, version, resp in self.client.list_groups(states, ["share"]):
             typed = conn.supports(16, 5)
-            data: dict[str, Any] = {"states_filter": states or [], "types_filter": ["share"]}
-            version, resp = conn.request_v(16, data)
-            if code_of(resp.error_code):
-                raise KafkaApiError(resp.error_code, None, "ListGroups failed: ")
             for g in resp.groups:
                 if not typed and getattr(g, "protocol_type", "") != "share":
                     continue

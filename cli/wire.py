@@ -491,6 +491,20 @@ class Client:
                 raise ToolError(f"Topic name '{name}' is not valid.")
             raise KafkaApiError(code, None, f"Cannot get metadata for topic '{name}': ")
 
+    # -- groups
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[tuple[Connection, int, Any]]:
+        """ListGroups on every broker, as Admin.listGroups asks each one: (connection, version,
+        response) per broker, each without a top-level error."""
+        self.metadata([])
+        answers = []
+        for node_id in sorted(self.nodes):
+            conn = self.conn(node_id)
+            version, resp = conn.request_v(16, {"states_filter": states or [], "types_filter": types or []})
+            if code_of(resp.error_code):
+                raise KafkaApiError(resp.error_code, None, "ListGroups failed: ")
+            answers.append((conn, version, resp))
+        return answers
+
     # -- coordinators
     def find_coordinator(self, key: str, key_type: int = 0) -> Node:
         """The coordinator of a group (key_type 0); retries while it is not available."""
