@@ -4,6 +4,7 @@ ranges and messages."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +32,18 @@ TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _check_broker_name(broker: Broker, name: str) -> None:
-    if name not in ("", str(broker.node_id)):
-        raise KafkaError(ErrorCode.invalid_request,
-                         f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
+def _check_broker_name(broker: Broker, name: str, *, altering: bool) -> None:
+    """A BROKER resource is "" (the cluster default) or this node's id, parsed as Java's toInt
+    parses it ("01" is node 1); the words are ConfigHelper's for DescribeConfigs and
+    ConfigAdminManager's for the alters."""
+    if name == "":
+        return
+    if not re.fullmatch(r"[+-]?[0-9]+", name) or not -2**31 <= int(name) < 2**31:
+        raise KafkaError(ErrorCode.invalid_request, f"{'Node' if altering else 'Broker'} id must be an integer, "
+                                                    f"but it is: {name}")
+    if int(name) != broker.node_id:
+        expected = f"{broker.node_id}," if altering else f"{broker.node_id} or empty string,"
+        raise KafkaError(ErrorCode.invalid_request, f"Unexpected broker id, expected {expected} but received {name}")
 
 
 def _check_group_name(name: str) -> None:
@@ -50,7 +59,7 @@ def _described(broker: Broker, resource_type: int, name: str) -> list[Any]:
             raise KafkaError(ErrorCode.unknown_topic_or_partition)  # Kafka's ConfigHelper sends no message
         return describe_topic_configs(broker.config, topic.overrides)
     if resource_type == BROKER:
-        _check_broker_name(broker, name)
+        _check_broker_name(broker, name, altering=False)
         return describe_broker_configs(broker.config, per_broker=name != "")
     if resource_type == GROUP:
         _check_group_name(name)
@@ -133,7 +142,7 @@ def _alter(broker: Broker, resource_type: int, name: str, changes: list[tuple[st
             broker.topics.set_overrides(name, validated)
         return
     if resource_type == BROKER:
-        _check_broker_name(broker, name)
+        _check_broker_name(broker, name, altering=True)
         try:
             broker.alter_broker_configs(changes, per_broker=name != "", incremental=incremental,
                                         validate_only=validate_only)

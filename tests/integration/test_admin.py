@@ -212,6 +212,30 @@ def test_topic_name_refusals_and_unknown_topic_configs_answer_as_kafka(broker):
     ]
 
 
+def test_broker_resource_names_answer_as_kafka(broker):
+    """A BROKER resource is "" or this node's id as Java's toInt reads it ("01" is node 1); other
+    names are INVALID_REQUEST with ConfigHelper's words (DescribeConfigs) and ConfigAdminManager's
+    (IncrementalAlterConfigs)."""
+    names = ["x", "2", "01"]
+    with rk.RawClient(broker.bootstrap) as raw:
+        described = raw.request(build(rk.req_cls(32, 4), {
+            "resources": [{"resource_type": 4, "resource_name": n, "configuration_keys": ["message.max.bytes"]}
+                          for n in names],
+            "include_synonyms": False, "include_documentation": False})).results
+        altered = raw.request(build(rk.req_cls(44, 1), {
+            "resources": [{"resource_type": 4, "resource_name": n, "configs": [
+                {"name": "log.flush.interval.ms", "config_operation": 1, "value": None}]} for n in names[:2]],
+            "validate_only": True})).responses
+    assert [(int(r.error_code), r.error_message) for r in described] == [
+        (42, "Broker id must be an integer, but it is: x"),
+        (42, "Unexpected broker id, expected 1 or empty string, but received 2"),
+        (0, None)]
+    assert [c.name for c in described[2].configs] == ["message.max.bytes"]
+    assert [(int(r.error_code), r.error_message) for r in altered] == [
+        (42, "Node id must be an integer, but it is: x"),
+        (42, "Unexpected broker id, expected 1, but received 2")]
+
+
 @pytest.mark.needs_own_broker("lists every group with configs and every topic of its broker")
 def test_list_config_resources(make_broker, topic_name):
     """ListConfigResources (KIP-1142) as Kafka 4.2 answers it: v1 lists the groups that have
