@@ -4,7 +4,6 @@ and of the partition logs (storage's LogManager). Everything else looks topics u
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,26 +15,10 @@ from sharebroker.broker.producers import PartitionProducers, load_producers, sav
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config import BrokerConfig, ConfigError, TopicConfig, topic_config
 from sharebroker.storage import LogConfig, LogManager, PartitionLog, TopicStore
-from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.topics")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-
-
-def validate_topic_name(name: str | None) -> None:
-    if not name:
-        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME:
-        raise KafkaError(ErrorCode.invalid_topic_exception,
-                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}")
-    if not _LEGAL_TOPIC.match(name):
-        raise KafkaError(ErrorCode.invalid_topic_exception,
-                         f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'")
 
 
 @dataclass(eq=False)

@@ -17,8 +17,9 @@ DEFAULT_TIMEOUT_MS = 30000
 MISSING = "-"
 
 
-def add_connection_options(p: argparse.ArgumentParser, *, timeout_help: str | None = None) -> None:
-    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]",
+def add_connection_options(p: argparse.ArgumentParser, *, timeout_help: str | None = None,
+                           bootstrap_required: bool = True) -> None:
+    p.add_argument("--bootstrap-server", required=bootstrap_required, metavar="HOST:PORT[,...]",
                    help="REQUIRED: the server(s) to connect to")
     p.add_argument("--command-config", metavar="FILE",
                    help="client properties file (client.id, request.timeout.ms; only PLAINTEXT is supported)")
@@ -86,15 +87,16 @@ def client_from_args(args: argparse.Namespace, *, default_client_id: str = "shar
     return Client(args.bootstrap_server, timeout_ms=timeout, client_id=props.get("client.id", default_client_id))
 
 
-def run_tool(fn: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
-    """Run a tool body: ToolError -> 'Error: ...' on stderr with its exit code."""
+def run_tool(fn: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, *,
+             error_prefix: str = "Error: ") -> int:
+    """Run a tool body: ToolError -> 'Error: ...' (or another prefix) on stderr with its exit code."""
     try:
         code = fn(args)
         sys.stdout.flush()
         return 0 if code is None else code
     except ToolError as exc:
         sys.stdout.flush()
-        print(f"Error: {exc.message}", file=sys.stderr)
+        print(f"{error_prefix}{exc.message}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         return 1

@@ -217,13 +217,8 @@ class ConsumerGroupService:
     def list_listings(self, states: list[str] | None = None, types: list[str] | None = None) -> list[Listing]:
         """Kafka's ListGroupsOptions.forConsumerGroups(): classic groups of protocol type consumer
         (or none) and consumer groups, on every broker, optionally filtered by state and type."""
-        self.client.metadata([])
         found: dict[str, Listing] = {}
-        for node_id in sorted(self.client.nodes):
-            conn = self.client.conn(node_id)
-            version, resp = conn.request_v(16, {"states_filter": states or [], "types_filter": types or []})
-            if code_of(resp.error_code):
-                raise KafkaApiError(resp.error_code, None, "ListGroups failed: ")
+        for conn, version, resp in self.client.list_groups(states, types):
             if types and version < 5:
                 raise ToolError(f"The broker at {conn.address} does not support listing groups by type "
                                 f"(ListGroups v5).")

@@ -82,12 +82,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     """Add every tool's subcommand to the `sharebroker` parser."""
-    from sharebroker.cli import console, consumer_groups, healthcheck, share_groups, topics, transactions, verify
+    from sharebroker.cli import configs, console, consumer_groups, healthcheck, share_groups, topics, transactions, verify
     from sharebroker.pipeline.cli import add_parser as add_pipeline_parser
 
     topics.add_parser(sub)
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
+    configs.add_parser(sub)
     console.add_parsers(sub)
     verify.add_parser(sub)
     healthcheck.add_parser(sub)
@@ -103,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] != ["serve"]:
         # The tools import their wire client and codecs; `serve` skips them to start sooner.
         add_tool_parsers(sub)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # A tool may report them in its own way (configs exits 1, as kafka-configs.sh does).
+        on_unknown = getattr(args, "on_unknown_args", None)
+        if on_unknown is None:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return int(on_unknown(unknown))
+    args.command_args = argv[1:]  # the tool's own arguments, for messages that quote them (configs)
     if args.command == "serve":
         return _serve(args)
     handler = getattr(args, "handler", None)

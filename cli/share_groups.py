@@ -39,31 +39,11 @@ from sharebroker.cli.offsets_common import (
     reset_partitions,
     reset_topics,
 )
-from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message
+from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message, exception_text
 
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
 VALID_STATES = ("Empty", "Stable", "Dead")
 SHARE_SCENARIOS = ("to_offset", "to_earliest", "to_latest", "to_current", "to_datetime", "by_duration", "from_file")
-
-EXCEPTION_NAMES = {
-    ErrorCode.non_empty_group: "GroupNotEmptyException",
-    ErrorCode.group_id_not_found: "GroupIdNotFoundException",
-    ErrorCode.invalid_group_id: "InvalidGroupIdException",
-    ErrorCode.group_authorization_failed: "GroupAuthorizationException",
-    ErrorCode.unknown_topic_or_partition: "UnknownTopicOrPartitionException",
-    ErrorCode.topic_authorization_failed: "TopicAuthorizationException",
-}
-
-
-def exception_text(code: int, message: str | None) -> str:
-    """How Kafka's tools print a failed future: ExceptionClass: message."""
-    try:
-        ec = ErrorCode(int(code))
-        name = EXCEPTION_NAMES.get(ec) or "".join(w.capitalize() for w in ec.name.split("_")) + "Exception"
-    except ValueError:
-        name = "KafkaException"
-    return f"{name}: {error_message(code, message)}"
-
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("share-groups", help="list, describe, reset and delete share groups (kafka-share-groups.sh)",
@@ -198,15 +178,9 @@ class ShareGroupService:
     # -- admin calls
     def list_share_groups(self, states: list[str] | None = None) -> list[tuple[str, str]]:
         """(group id, state) of every share group on every broker (ListGroups, type filter share)."""
-        self.client.metadata([])
         found: dict[str, str] = {}
-        for node_id in sorted(self.client.nodes):
-            conn = self.client.conn(node_id)
+        for conn, version, resp in self.client.list_groups(states, ["share"]):
             typed = conn.supports(16, 5)
-            data: dict[str, Any] = {"states_filter": states or [], "types_filter": ["share"]}
-            version, resp = conn.request_v(16, data)
-            if code_of(resp.error_code):
-                raise KafkaApiError(resp.error_code, None, "ListGroups failed: ")
             for g in resp.groups:
                 if not typed and getattr(g, "protocol_type", "") != "share":
                     continue

@@ -9,11 +9,10 @@ import re
 from kio.schema.errors import ErrorCode
 
 from sharebroker.cli.common import add_connection_options, client_from_args, int_value, run_tool, usage_error
+from sharebroker.cli.configs import DELETE, SET, TOPIC_RESOURCE, incremental_alter, parse_add_config
 from sharebroker.cli.wire import Client, KafkaApiError, ToolError, TopicInfo, code_of, topic_id_text
 
-TOPIC_RESOURCE = 2
 DEFAULT_CONFIG_SOURCE = 5
-SET, DELETE = 0, 1
 ACTIONS = ("create", "list", "describe", "alter", "delete")
 
 
@@ -45,41 +44,17 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def parse_config_pairs(items: list[str], *, allow_brackets: bool) -> list[tuple[str, str]]:
-    """k=v pairs; `k=v,k2=v2` in one item when allow_brackets (kafka-configs.sh syntax, where a
-    list value is written in brackets: k=[a,b])."""
+def parse_config_pairs(items: list[str]) -> list[tuple[str, str]]:
+    """--config k=v items (one pair each; the value may hold '=' and ',')."""
     pairs: list[tuple[str, str]] = []
     for item in items:
-        parts = _split_top_level(item) if allow_brackets else [item]
-        for part in parts:
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise ToolError(f"Invalid config '{part}': all configs must be in the format \"key=val\".", 2)
-            k, v = part.split("=", 1)
-            v = v.strip()
-            if allow_brackets and v.startswith("[") and v.endswith("]"):
-                v = v[1:-1]
-            pairs.append((k.strip(), v))
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise ToolError(f"Invalid config '{item}': all configs must be in the format \"key=val\".", 2)
+        k, v = item.split("=", 1)
+        pairs.append((k.strip(), v.strip()))
     return pairs
-
-
-def _split_top_level(text: str) -> list[str]:
-    out: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(0, depth - 1)
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return out
 
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
@@ -146,7 +121,7 @@ def _ensure_exists(found: dict[str, TopicInfo], topic: str | None, if_exists: bo
 
 
 def create(client: Client, args: argparse.Namespace) -> int:
-    configs = parse_config_pairs(args.config, allow_brackets=False)
+    configs = parse_config_pairs(args.config)
     resp = client.request(19, {
         "topics": [{"name": args.topic, "num_partitions": args.partitions if args.partitions is not None else -1,
                     "replication_factor": args.replication_factor if args.replication_factor is not None else -1,
@@ -227,18 +202,18 @@ def alter(client: Client, args: argparse.Namespace) -> int:
         (r,) = resp.results
         if code_of(r.error_code):
             raise KafkaApiError(r.error_code, r.error_message)
-    changes: list[tuple[str, int, str | None]] = [
-        (k, SET, v) for k, v in parse_config_pairs(args.add_config, allow_brackets=True)]
+    changes: list[tuple[str, int, str | None]] = []
+    for item in args.add_config:
+        try:
+            changes.extend((k, SET, v) for k, v in parse_add_config(item).items())
+        except ToolError as exc:
+            raise ToolError(exc.message, 2) from None
     for item in args.delete_config:
         changes.extend((k.strip(), DELETE, None) for k in item.split(",") if k.strip())
     if changes:
-        resp = client.request(44, {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": args.topic,
-                                                  "configs": [{"name": k, "config_operation": op, "value": v}
-                                                              for k, op, v in changes]}],
-                                   "validate_only": False})
-        (r,) = resp.responses
-        if code_of(r.error_code):
-            raise KafkaApiError(r.error_code, r.error_message)
+        code, message = incremental_alter(client.boot(), TOPIC_RESOURCE, args.topic, changes)
+        if code:
+            raise KafkaApiError(code, message)
         print(f"Completed updating config for topic {args.topic}.")
     return 0
 

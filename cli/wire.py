@@ -53,10 +53,15 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
     47: (0, 0),    # OffsetDelete
+    48: (0, 1),    # DescribeClientQuotas
+    49: (0, 1),    # AlterClientQuotas
+    50: (0, 0),    # DescribeUserScramCredentials
+    51: (0, 0),    # AlterUserScramCredentials
     61: (0, 0),    # DescribeProducers
     65: (0, 0),    # DescribeTransactions
     66: (0, 2),    # ListTransactions (v1 duration filter, v2 transactional id pattern)
     69: (0, 1),    # ConsumerGroupDescribe
+    74: (0, 1),    # ListConfigResources (v0 lists client metrics resources only)
     76: (1, 1),    # ShareGroupHeartbeat
     77: (1, 1),    # ShareGroupDescribe
     78: (1, 1),    # ShareFetch
@@ -142,6 +147,30 @@ def error_message(code: int, message: str | None = None) -> str:
 
 def code_of(value: Any) -> int:
     return int(value) if value is not None else 0
+
+
+EXCEPTION_NAMES = {
+    ErrorCode.non_empty_group: "GroupNotEmptyException",
+    ErrorCode.group_id_not_found: "GroupIdNotFoundException",
+    ErrorCode.invalid_group_id: "InvalidGroupIdException",
+    ErrorCode.group_authorization_failed: "GroupAuthorizationException",
+    ErrorCode.unknown_topic_or_partition: "UnknownTopicOrPartitionException",
+    ErrorCode.topic_authorization_failed: "TopicAuthorizationException",
+    ErrorCode.cluster_authorization_failed: "ClusterAuthorizationException",
+    ErrorCode.invalid_config: "InvalidConfigurationException",
+    ErrorCode.invalid_topic_exception: "InvalidTopicException",
+    ErrorCode.unknown_server_error: "UnknownServerException",
+}
+
+
+def exception_text(code: int, message: str | None) -> str:
+    """How Kafka's tools print a failed future: ExceptionClass: message."""
+    try:
+        ec = ErrorCode(int(code))
+        name = EXCEPTION_NAMES.get(ec) or "".join(w.capitalize() for w in ec.name.split("_")) + "Exception"
+    except ValueError:
+        name = "KafkaException"
+    return f"{name}: {error_message(code, message)}"
 
 
 # ------------------------------------------------------------------------------------------
@@ -461,6 +490,20 @@ class Client:
             if code == ErrorCode.invalid_topic_exception:
                 raise ToolError(f"Topic name '{name}' is not valid.")
             raise KafkaApiError(code, None, f"Cannot get metadata for topic '{name}': ")
+
+    # -- groups
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[tuple[Connection, int, Any]]:
+        """ListGroups on every broker, as Admin.listGroups asks each one: (connection, version,
+        response) per broker, each without a top-level error."""
+        self.metadata([])
+        answers = []
+        for node_id in sorted(self.nodes):
+            conn = self.conn(node_id)
+            version, resp = conn.request_v(16, {"states_filter": states or [], "types_filter": types or []})
+            if code_of(resp.error_code):
+                raise KafkaApiError(resp.error_code, None, "ListGroups failed: ")
+            answers.append((conn, version, resp))
+        return answers
 
     # -- coordinators
     def find_coordinator(self, key: str, key_type: int = 0) -> Node:

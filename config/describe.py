@@ -1,8 +1,9 @@
 """DescribeConfigs entries for BROKER, TOPIC and GROUP resources: each setting's value, source, synonyms
 and documentation, as a Kafka broker reports them.
 
-Synonyms come in Kafka's order: the resource's own value (topic or group override), then the broker's
-dynamic per-broker, dynamic default and static values, then defaults; the first one is the source.
+Synonyms come in Kafka's order: the resource's own value (topic override), then the broker's dynamic
+per-broker, dynamic default and static values, then defaults; the first one is the source. A group
+setting has one synonym, under its own name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 
 from sharebroker.config.broker_config import BrokerConfig
 from sharebroker.config.broker_settings import BROKER_CONFIGS, BROKER_SYNONYM_GROUPS
-from sharebroker.config.definitions import ConfigDef, ConfigSource, GroupConfigDef, TopicConfigDef
+from sharebroker.config.definitions import ConfigDef, ConfigSource, TopicConfigDef
 from sharebroker.config.group_config import group_default
 from sharebroker.config.group_settings import GROUP_CONFIGS
 from sharebroker.config.topic_config import topic_values
@@ -89,9 +90,9 @@ def describe_broker_configs(broker: BrokerConfig, *, per_broker: bool = True) ->
     return result
 
 
-def _describe_overridable(broker: BrokerConfig, definitions: Iterable[TopicConfigDef | GroupConfigDef],
+def _describe_overridable(broker: BrokerConfig, definitions: Iterable[TopicConfigDef],
                           values: Mapping[str, Any], overridden: Container[str], source: ConfigSource) -> list[DescribedConfig]:
-    """Settings a resource may override (TOPIC, GROUP): its own value when overridden, then the broker synonyms."""
+    """Settings a topic may override: its own value when overridden, then the broker synonyms."""
     result: list[DescribedConfig] = []
     for definition in definitions:
         value = values[definition.name]
@@ -114,9 +115,15 @@ def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -
 
 
 def describe_group_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[DescribedConfig]:
-    """DescribeConfigs for a GROUP: every group setting; source GROUP_CONFIG when overridden, else the
-    broker synonym's source, else DEFAULT_CONFIG. Values are shown as stored, not clamped to the bounds."""
-    definitions = [GROUP_CONFIGS[name] for name in sorted(GROUP_CONFIGS)]
+    """DescribeConfigs for a GROUP: every group setting, as Kafka's ConfigHelper describes it, with one
+    synonym under the setting's own name: GROUP_CONFIG when the group overrides it, else DEFAULT_CONFIG
+    with the value the broker's group.* setting gives (Kafka names no broker synonym for group
+    settings). Values are shown as stored, not clamped to the bounds."""
     overridden = _overridden(overrides)
-    values = {d.name: d.parse(overrides[d.name]) if d.name in overridden else group_default(broker, d) for d in definitions}
-    return _describe_overridable(broker, definitions, values, overridden, ConfigSource.GROUP_CONFIG)
+    result: list[DescribedConfig] = []
+    for definition in (GROUP_CONFIGS[name] for name in sorted(GROUP_CONFIGS)):
+        own = definition.name in overridden
+        value = definition.parse(overrides[definition.name]) if own else group_default(broker, definition)
+        source = ConfigSource.GROUP_CONFIG if own else ConfigSource.DEFAULT_CONFIG
+        result.append(_described(definition, value, [_synonym(definition, value, source)], read_only=False))
+    return result

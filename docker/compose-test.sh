@@ -48,6 +48,7 @@ rm -f "$log"
 note "$("$PYTHON" docker/smoke.py "localhost:$host_port" host)"
 note "$("${compose[@]}" run --rm --no-deps tests python docker/smoke.py broker:29092 network)"
 
+"${compose[@]}" run --rm group-config
 "${compose[@]}" run --rm producer >/dev/null
 worked=$("${compose[@]}" run --rm worker work --bootstrap broker:29092 --topic jobs --group workers --expect 100 --timeout 60 | tail -1)
 note "example app: $worked"

@@ -52,6 +52,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     60: (0, 2),    # DescribeCluster
     68: (0, 1),    # ConsumerGroupHeartbeat
     69: (0, 1),    # ConsumerGroupDescribe
+    74: (0, 1),    # ListConfigResources (v0: ListClientMetricsResources)
     61: (0, 0),    # DescribeProducers
     65: (0, 0),    # DescribeTransactions
     66: (0, 2),    # ListTransactions

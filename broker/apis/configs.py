@@ -1,8 +1,10 @@
-"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for TOPIC and BROKER
-resources. Values are validated by config/ with Kafka's names, ranges and messages."""
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44) for TOPIC, BROKER and
+GROUP resources, and ListConfigResources (74). Values are validated by config/ with Kafka's names,
+ranges and messages."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from sharebroker.config import (
 )
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
+from sharebroker.protocol.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
@@ -25,14 +28,22 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.configs")
 
-TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _check_broker_name(broker: Broker, name: str) -> None:
-    if name not in ("", str(broker.node_id)):
-        raise KafkaError(ErrorCode.invalid_request,
-                         f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
+def _check_broker_name(broker: Broker, name: str, *, altering: bool) -> None:
+    """A BROKER resource is "" (the cluster default) or this node's id, parsed as Java's toInt
+    parses it ("01" is node 1); the words are ConfigHelper's for DescribeConfigs and
+    ConfigAdminManager's for the alters."""
+    if name == "":
+        return
+    if not re.fullmatch(r"[+-]?[0-9]+", name) or not -2**31 <= int(name) < 2**31:
+        raise KafkaError(ErrorCode.invalid_request, f"{'Node' if altering else 'Broker'} id must be an integer, "
+                                                    f"but it is: {name}")
+    if int(name) != broker.node_id:
+        expected = f"{broker.node_id}," if altering else f"{broker.node_id} or empty string,"
+        raise KafkaError(ErrorCode.invalid_request, f"Unexpected broker id, expected {expected} but received {name}")
 
 
 def _check_group_name(name: str) -> None:
@@ -42,12 +53,13 @@ def _check_group_name(name: str) -> None:
 
 def _described(broker: Broker, resource_type: int, name: str) -> list[Any]:
     if resource_type == TOPIC:
+        validate_topic_name(name)
         topic = broker.topics.get(name)
         if topic is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist.")
+            raise KafkaError(ErrorCode.unknown_topic_or_partition)  # Kafka's ConfigHelper sends no message
         return describe_topic_configs(broker.config, topic.overrides)
     if resource_type == BROKER:
-        _check_broker_name(broker, name)
+        _check_broker_name(broker, name, altering=False)
         return describe_broker_configs(broker.config, per_broker=name != "")
     if resource_type == GROUP:
         _check_group_name(name)
@@ -76,7 +88,7 @@ async def describe(broker: Broker, conn: Connection, req: DecodedRequest) -> Any
                 for d in described if keys is None or d.name in keys
             ]
         except KafkaError as exc:
-            entry.update(error_code=exc.code, error_message=exc.message)
+            entry.update(error_code=exc.code, error_message=exc.message or None)
         results.append(entry)
     return build(response_class(32, req.api_version), {"throttle_time": 0, "results": results})
 
@@ -130,7 +142,7 @@ def _alter(broker: Broker, resource_type: int, name: str, changes: list[tuple[st
             broker.topics.set_overrides(name, validated)
         return
     if resource_type == BROKER:
-        _check_broker_name(broker, name)
+        _check_broker_name(broker, name, altering=True)
         try:
             broker.alter_broker_configs(changes, per_broker=name != "", incremental=incremental,
                                         validate_only=validate_only)
@@ -178,3 +190,27 @@ async def alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
 @api(44)
 async def incremental_alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     return await _alter_request(broker, req, incremental=True)
+
+
+@api(74)
+async def list_config_resources(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    """As Kafka's KafkaApis.handleListConfigResources: v0 (ListClientMetricsResources) knows only
+    client-metrics resources, v1 every type it lists; no types asks for all of them, and one the
+    version does not know answers UNSUPPORTED_VERSION. Groups are those with configs; there are no
+    client-metrics resources here."""
+    cls = response_class(74, req.api_version)
+    supported = (CLIENT_METRICS,) if req.api_version == 0 else (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
+    wanted = set(getattr(req.body, "resource_types", ()) or supported)
+    if not wanted <= set(supported):
+        return build(cls, {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "config_resources": ()})
+    node = str(broker.node_id)
+    found: list[tuple[str, int]] = []
+    if GROUP in wanted:
+        found += [(group_id, GROUP) for group_id in sorted(broker.share_groups.configs)]
+    for resource_type in (BROKER_LOGGER, BROKER):
+        if resource_type in wanted:
+            found.append((node, resource_type))
+    if TOPIC in wanted:
+        found += [(name, TOPIC) for name in sorted(broker.topics.by_name)]
+    return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none,
+                       "config_resources": [{"resource_name": n, "resource_type": t} for n, t in found]})

@@ -11,10 +11,11 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import api
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from sharebroker.broker.topics import INTERNAL_TOPICS
 from sharebroker.config import ConfigError, describe_topic_configs, validate_topic_overrides
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
+from sharebroker.protocol.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection

@@ -5,7 +5,14 @@ goes to one worker at a time and is redelivered if that worker dies before ackno
     python app.py produce --bootstrap broker:29092 --topic jobs --count 100
     python app.py work    --bootstrap broker:29092 --topic jobs --group workers [--expect 100]
 
-The same code runs against Apache Kafka 4.2+ with share groups enabled."""
+A new share group starts at the latest offset (as in Kafka); for the workers to take the backlog too,
+the compose project's `group-config` service sets the group's share.auto.offset.reset first:
+
+    sharebroker configs --bootstrap-server broker:29092 --group workers --alter \
+        --add-config share.auto.offset.reset=earliest
+
+The same code runs against Apache Kafka 4.2+ with share groups enabled (kafka-configs.sh takes the
+same arguments)."""
 
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ import sys
 import time
 
 from confluent_kafka import Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -38,17 +45,7 @@ def produce(args: argparse.Namespace) -> int:
     return 0 if left == 0 else 1
 
 
-def start_from_earliest(bootstrap: str, group: str) -> None:
-    """A new share group starts at the latest offset (as in Kafka); this one takes the backlog too."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    (future,) = admin.incremental_alter_configs([resource]).values()
-    future.result(timeout=30)
-
-
 def work(args: argparse.Namespace) -> int:
-    start_from_earliest(args.bootstrap, args.group)
     consumer = ShareConsumer({"bootstrap.servers": args.bootstrap, "group.id": args.group,
                               "share.acknowledgement.mode": "explicit"})
     consumer.subscribe([args.topic])

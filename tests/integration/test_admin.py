@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from tests.integration import rawkafka as rk
 from sharebroker.testing import wait_for
 from tests.integration.clients import admin, consumer_conf, produce_sync, producer_conf
+from sharebroker.protocol.codec import build
 
 TIMEOUT = 15
 
@@ -229,6 +230,88 @@ def test_admin_errors_on_existing_and_unknown_topics(broker, topic_name):
     assert _error_code(fut) == KafkaError.INVALID_CONFIG
     assert "retention.ms" not in {k for k, e in _describe(a, ResourceType.TOPIC, topic_name).items()
                                   if _src(e) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def test_topic_name_refusals_and_unknown_topic_configs_answer_as_kafka(broker):
+    """Kafka 4.2's Topic.validate words for a name no topic may have (CreateTopics and
+    DescribeConfigs check the name first), and DescribeConfigs of an unknown topic answered
+    UNKNOWN_TOPIC_OR_PARTITION without a message, as Kafka's ConfigHelper does."""
+    a = admin(broker.bootstrap)
+    (fut,) = _create(a, NewTopic("bad name!", num_partitions=1, replication_factor=1))
+    with pytest.raises(KafkaException) as info:
+        fut.result(timeout=TIMEOUT)
+    assert info.value.args[0].str() == ("Topic name is invalid: 'bad name!' contains one or more characters other "
+                                        "than ASCII alphanumerics, '.', '_' and '-'")
+    request = build(rk.req_cls(32, 4), {
+        "resources": [{"resource_type": 2, "resource_name": n, "configuration_keys": None}
+                      for n in ("a b", "..", "x" * 250, f"unknown-{uuid.uuid4().hex[:8]}")],
+        "include_synonyms": False, "include_documentation": False})
+    with rk.RawClient(broker.bootstrap) as raw:
+        results = raw.request(request).results
+    assert [(int(r.error_code), r.error_message) for r in results] == [
+        (17, "Topic name is invalid: 'a b' contains one or more characters other than ASCII alphanumerics, '.', "
+             "'_' and '-'"),
+        (17, "Topic name is invalid: '..' is not allowed"),
+        (17, f"Topic name is invalid: the length of '{'x' * 250}' is longer than the max allowed length 249"),
+        (3, None),
+    ]
+
+
+def test_broker_resource_names_answer_as_kafka(broker):
+    """A BROKER resource is "" or this node's id as Java's toInt reads it ("01" is node 1); other
+    names are INVALID_REQUEST with ConfigHelper's words (DescribeConfigs) and ConfigAdminManager's
+    (IncrementalAlterConfigs)."""
+    names = ["x", "2", "01"]
+    with rk.RawClient(broker.bootstrap) as raw:
+        described = raw.request(build(rk.req_cls(32, 4), {
+            "resources": [{"resource_type": 4, "resource_name": n, "configuration_keys": ["message.max.bytes"]}
+                          for n in names],
+            "include_synonyms": False, "include_documentation": False})).results
+        altered = raw.request(build(rk.req_cls(44, 1), {
+            "resources": [{"resource_type": 4, "resource_name": n, "configs": [
+                {"name": "log.flush.interval.ms", "config_operation": 1, "value": None}]} for n in names[:2]],
+            "validate_only": True})).responses
+    assert [(int(r.error_code), r.error_message) for r in described] == [
+        (42, "Broker id must be an integer, but it is: x"),
+        (42, "Unexpected broker id, expected 1 or empty string, but received 2"),
+        (0, None)]
+    assert [c.name for c in described[2].configs] == ["message.max.bytes"]
+    assert [(int(r.error_code), r.error_message) for r in altered] == [
+        (42, "Node id must be an integer, but it is: x"),
+        (42, "Unexpected broker id, expected 1, but received 2")]
+
+
+@pytest.mark.needs_own_broker("lists every group with configs and every topic of its broker")
+def test_list_config_resources(make_broker, topic_name):
+    """ListConfigResources (KIP-1142) as Kafka 4.2 answers it: v1 lists the groups that have
+    configs, this broker (BROKER and BROKER_LOGGER) and the topics; no types means every type; a
+    type the version does not know is UNSUPPORTED_VERSION; v0 (ListClientMetricsResources) lists
+    client-metrics resources, of which there are none."""
+    b = make_broker().bootstrap
+    a = admin(b)
+    _create(a, NewTopic(topic_name, num_partitions=1, replication_factor=1))[0].result(timeout=TIMEOUT)
+    group = f"cfg-{uuid.uuid4().hex[:8]}"
+    _incremental(a, ResourceType.GROUP, group, ("share.auto.offset.reset", "earliest", AlterConfigOpType.SET)
+                 ).result(timeout=TIMEOUT)
+
+    def listed(version: int, types: list[int]) -> tuple[int, list[tuple[str, int]]]:
+        with rk.RawClient(b) as raw:
+            resp = raw.request(build(rk.req_cls(74, version), {"resource_types": types}))
+        return int(resp.error_code), [(r.resource_name, int(getattr(r, "resource_type", 16)))
+                                      for r in resp.config_resources]
+
+    assert listed(1, [32]) == (0, [(group, 32)])
+    assert listed(1, [4, 8]) == (0, [("1", 8), ("1", 4)])
+    code, every = listed(1, [])
+    assert code == 0 and every[:3] == [(group, 32), ("1", 8), ("1", 4)]
+    assert (topic_name, 2) in every and all(t == 2 for _, t in every[3:])
+    assert listed(1, [16]) == (0, [])
+    assert listed(1, [64]) == (35, [])  # UNSUPPORTED_VERSION
+    assert listed(0, []) == (0, [])
+    # a group whose configs are all deleted is no longer listed
+    _incremental(a, ResourceType.GROUP, group, ("share.auto.offset.reset", None, AlterConfigOpType.DELETE)
+                 ).result(timeout=TIMEOUT)
+    assert listed(1, [32]) == (0, [])
 
 
 def test_create_partitions_then_produce_to_new_partition(broker, topic_name):

@@ -806,16 +806,17 @@ def test_describe_group_configs() -> None:
 
     lock = entries["share.record.lock.duration.ms"]
     assert (lock.value, lock.source, lock.read_only, lock.config_type) == ("20000", ConfigSource.GROUP_CONFIG, False, 3)
-    assert lock.synonyms == [ConfigSynonym("share.record.lock.duration.ms", "20000", 8),
-                             ConfigSynonym("group.share.record.lock.duration.ms", "30000", 5)]
+    assert lock.synonyms == [ConfigSynonym("share.record.lock.duration.ms", "20000", 8)]
 
+    # As Kafka's ConfigHelper: a setting the group does not override is DEFAULT_CONFIG under its own
+    # name, with the value of the broker's group.* setting (the broker setting is not a synonym).
     heartbeat = entries["share.heartbeat.interval.ms"]
-    assert (heartbeat.value, heartbeat.source) == ("6000", ConfigSource.STATIC_BROKER_CONFIG)
-    assert heartbeat.synonyms == [ConfigSynonym("group.share.heartbeat.interval.ms", "6000", 4),
-                                  ConfigSynonym("group.share.heartbeat.interval.ms", "5000", 5)]
+    assert (heartbeat.value, heartbeat.source) == ("6000", ConfigSource.DEFAULT_CONFIG)
+    assert heartbeat.synonyms == [ConfigSynonym("share.heartbeat.interval.ms", "6000", 5)]
 
     reset = entries["share.auto.offset.reset"]
-    assert (reset.value, reset.source, reset.synonyms, reset.config_type) == ("latest", 5, [], 2)
+    assert (reset.value, reset.source, reset.config_type) == ("latest", 5, 2)
+    assert reset.synonyms == [ConfigSynonym("share.auto.offset.reset", "latest", 5)]
     isolation = entries["share.isolation.level"]
     assert (isolation.value, isolation.source) == ("read_committed", 8)
     assert isolation.synonyms == [ConfigSynonym("share.isolation.level", "read_committed", 8)]
