@@ -154,9 +154,13 @@ class SourceMember:
         while not self._closing.is_set():
             with self._mutex:
                 try:
-                    wait = self._tick(time.monotonic())
+                    self.consumer.heartbeat_if_due()
                 except Exception as exc:  # noqa: BLE001 - the timer must outlive a failed request
-                    log.warning("Share group '%s': heartbeat or lock renewal failed: %s", self.group, exc)
+                    log.warning("Share group '%s': heartbeat failed: %s", self.group, exc)
+                try:
+                    wait = self._tick(time.monotonic())
+                except Exception as exc:  # noqa: BLE001 - renewing goes on at the next tick
+                    log.warning("Share group '%s': renewing record locks failed: %s", self.group, exc)
                     if self.held is not None:
                         self.held.failures.append(f"{type(exc).__name__}: {exc}")
                     wait = 1.0
@@ -167,9 +171,8 @@ class SourceMember:
         return self.lock_ms / 3000
 
     def _tick(self, now: float) -> float:
-        """Heartbeat and renew what is due; seconds until the next thing is due."""
+        """Renew the held batch's locks if due; seconds until the next heartbeat or renewal."""
         c = self.consumer
-        c.heartbeat_if_due()
         waits = [c.next_heartbeat - time.monotonic()]
         held = self.held
         live = {tp: offs for tp, offs in held.offsets.items() if tp not in held.lost} if held is not None else {}
