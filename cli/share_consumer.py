@@ -1,13 +1,15 @@
 """A share-group consumer on the wire (KIP-932) for `sharebroker share-consume`: joins with
 ShareGroupHeartbeat, fetches with one share session per partition leader (ShareFetch), delivers
 only the acquired records, and acknowledges explicitly — piggybacked on the next ShareFetch, or
-with ShareAcknowledge when the session closes. On close the member leaves the group."""
+with ShareAcknowledge when the session closes (or at once, with `acknowledge_now`, which can also
+renew locks). On close the member leaves the group."""
 
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.cli.records import Record, decode
 from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message, new_member_id
 
-GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 INT32_MAX = 2**31 - 1
 
 
@@ -52,6 +54,10 @@ class ShareConsumer:
         self.ack_failures = 0
         self._rr = 0
         self.joined = False
+        # The lock the broker last reported (ShareFetch/ShareAcknowledge AcquisitionLockTimeoutMs),
+        # and when the last ShareFetch that acquired records was sent: their locks started after.
+        self.acquisition_lock_ms: int | None = None
+        self.acquired_at = 0.0
 
     # -- group membership
     def start(self) -> None:
@@ -118,7 +124,7 @@ class ShareConsumer:
                 self._refresh_metadata()
             self.assignment = new
 
-    def _heartbeat_if_due(self) -> None:
+    def heartbeat_if_due(self) -> None:
         if time.monotonic() >= self.next_heartbeat:
             self._heartbeat()
 
@@ -136,7 +142,7 @@ class ShareConsumer:
         """Records acquired for this member within `timeout_ms` (possibly none)."""
         deadline = time.monotonic() + timeout_ms / 1000.0
         while True:
-            self._heartbeat_if_due()
+            self.heartbeat_if_due()
             by_leader = self._by_leader()
             # Nodes that still hold a session but lead none of our partitions: close with their acks.
             for node in [n for n in self.sessions if n not in by_leader]:
@@ -188,6 +194,7 @@ class ShareConsumer:
                 "batch_size": max_records,
                 "topics": [{"topic_id": tid, "partitions": ps} for tid, ps in topics.items()],
                 "forgotten_topics_data": [{"topic_id": tid, "partitions": sorted(ps)} for tid, ps in forgotten.items()]}
+        sent_at = time.monotonic()
         try:
             conn = self.client.conn(node)
             resp = conn.request(78, data, timeout=self.client.timeout + wait_ms / 1000.0)
@@ -211,6 +218,7 @@ class ShareConsumer:
             raise KafkaApiError(code, resp.error_message, "ShareFetch failed: ")
         session.partitions = (session.partitions | send) - forget
         session.epoch = 1 if session.epoch >= INT32_MAX else session.epoch + 1
+        self._note_lock(resp)
         out: list[Record] = []
         refresh = False
         for t in resp.responses:
@@ -242,8 +250,16 @@ class ShareConsumer:
                         out.append(rec)
         if refresh:
             self._refresh_metadata()
+        if out:
+            self.acquired_at = sent_at
         out.sort(key=lambda r: (r.topic, r.partition, r.offset))
         return out
+
+    def _note_lock(self, resp: Any) -> None:
+        lock = getattr(resp, "acquisition_lock_timeout", None)  # a timedelta in kio
+        ms = int(lock.total_seconds() * 1000) if isinstance(lock, datetime.timedelta) else 0
+        if ms > 0:
+            self.acquisition_lock_ms = ms
 
     def _ack_failed(self, count: int, code: int, message: str | None) -> None:
         self.ack_failures += count
@@ -255,6 +271,66 @@ class ShareConsumer:
         if node is None:
             return
         self.pending.setdefault(node, {}).setdefault((tid, record.partition), []).append((record.offset, kind))
+
+    def acknowledge_now(self, offsets: Mapping[tuple[str, int], Iterable[int]], kind: int
+                        ) -> dict[tuple[str, int], str]:
+        """Acknowledge records delivered to this member at once with ShareAcknowledge on the share
+        session that acquired them, along with what is still pending there; with RENEW, restart
+        their locks instead (they stay this member's). The partitions the broker refused, with why."""
+        renew = kind == RENEW
+        by_node: dict[int, dict[tuple[uuid.UUID, int], list[tuple[int, int]]]] = {}
+        refused: dict[tuple[str, int], str] = {}
+        for (topic, partition), offs in offsets.items():
+            tid = self.topic_ids[topic]
+            for offset in offs:
+                key = (tid, partition, offset)
+                node = self.owner.get(key) if renew else self.owner.pop(key, None)
+                if node is None:
+                    refused[(topic, partition)] = f"offset {offset} was not delivered to this member"
+                    continue
+                by_node.setdefault(node, {}).setdefault((tid, partition), []).append((offset, kind))
+        for node, acks in by_node.items():
+            for tp, more in self.pending.pop(node, {}).items():
+                acks.setdefault(tp, []).extend(more)
+            refused.update(self._acknowledge_on(node, acks, renew))
+        return refused
+
+    def _acknowledge_on(self, node: int, acks: dict[tuple[uuid.UUID, int], list[tuple[int, int]]],
+                        renew: bool) -> dict[tuple[str, int], str]:
+        def named(failure: str) -> dict[tuple[str, int], str]:
+            return {(self.names.get(tid, str(tid)), p): failure for tid, p in acks}
+
+        session = self.sessions.get(node)
+        if session is None or session.epoch == 0:
+            return named("the share session that acquired the records is gone (the broker released them)")
+        topics: dict[uuid.UUID, list[dict]] = {}
+        for (tid, p), items in sorted(acks.items(), key=lambda x: (str(x[0][0]), x[0][1])):
+            topics.setdefault(tid, []).append({"partition_index": p, "acknowledgement_batches": self._ack_batches(items)})
+        data = {"group_id": self.group, "member_id": self.member_id, "share_session_epoch": session.epoch,
+                "is_renew_ack": renew, "topics": [{"topic_id": tid, "partitions": ps} for tid, ps in topics.items()]}
+        try:
+            resp = self.client.conn(node).request(79, data, min_version=2 if renew else None)
+        except (OSError, ConnectionError) as exc:
+            # The session belonged to that connection: the broker released its records.
+            self.client.drop(node)
+            self.sessions.pop(node, None)
+            return named(f"the connection to broker {node} failed ({exc}); the broker released the session's records")
+        except ToolError as exc:  # no ShareAcknowledge v2: the broker predates KIP-1222
+            return named(exc.message)
+        code = code_of(resp.error_code)
+        if code:
+            if code in (ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch):
+                self.sessions[node] = Session()
+            return named(error_message(code, resp.error_message))
+        session.epoch = 1 if session.epoch >= INT32_MAX else session.epoch + 1
+        self._note_lock(resp)
+        refused: dict[tuple[str, int], str] = {}
+        for t in resp.responses:
+            for p in t.partitions:
+                if code_of(p.error_code):
+                    refused[(self.names.get(t.topic_id, str(t.topic_id)), int(p.partition_index))] = \
+                        f"{ErrorCode(int(p.error_code)).name.upper()}: {error_message(p.error_code, p.error_message)}"
+        return refused
 
     # -- closing
     def _close_session(self, node: int) -> None:

@@ -65,7 +65,7 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     76: (1, 1),    # ShareGroupHeartbeat
     77: (1, 1),    # ShareGroupDescribe
     78: (1, 1),    # ShareFetch
-    79: (1, 1),    # ShareAcknowledge
+    79: (1, 2),    # ShareAcknowledge (v2: RENEW, KIP-1222)
     90: (0, 1),    # DescribeShareGroupOffsets
     91: (0, 0),    # AlterShareGroupOffsets
     92: (0, 0),    # DeleteShareGroupOffsets

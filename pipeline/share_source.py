@@ -7,16 +7,19 @@ driver after they end. So the one member is the query's streaming-source runner 
 process per query run, where latestOffset/partitions/commit/stop are called):
 
 - `latestOffset` first ACCEPTs the records of the batch Spark has committed (Spark asks for the
-  next batch's end only once the previous batch is in the checkpoint's commit log), then polls once
-  and spools what it got to `<checkpointLocation>/sharegroup/batch-<seq>.arrow`; the offset is
+  next batch's end only once the previous batch is in the checkpoint's commit log), then fetches
+  once and spools what it got to `<checkpointLocation>/sharegroup/batch-<seq>.arrow`; the offset is
   `{"group": ..., "seq": <seq>}`;
+- from that fetch until the ACCEPT, a timer renews the batch's locks (RENEW, KIP-1222) every third
+  of the lock, however long Spark takes to plan, run and commit it (share_member.py);
 - tasks read slices of spool files, so a replayed batch (after a crash) reads the same records;
 - on stop, a batch whose commit is in the checkpoint is ACCEPTed, any other is RELEASEd.
 
 This is at-least-once: a batch that failed is replayed from the spool while the broker delivers
 its released records again. Rows carry `deliveryCount`; de-duplicate on (topic, partition, offset).
-Every batch must finish inside the group's record lock (`share.record.lock.duration.ms`, 30 s by
-default): a batch that does not fails the query with a message saying so."""
+Where locks cannot be renewed (`share.renew.acknowledge.enable=false`, or a broker without
+KIP-1222) the source says so when it starts, and a batch committed after its records' lock ran out
+fails the query with a message naming the batch, how long it took and the settings."""
 
 from __future__ import annotations
 
@@ -28,17 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from sharebroker.pipeline.kafka_client import TIMESTAMP_TYPES, arrow_schema, header_structs, spark_schema
+from sharebroker.cli.share_consumer import ACCEPT, RELEASE
+from sharebroker.pipeline.kafka_client import arrow_schema, spark_schema
 from sharebroker.pipeline.options import OptionError, bool_option, client_settings, positive_int_option
+from sharebroker.pipeline.share_member import LOCK_SETTING, HeldBatch, SourceMember
 
 SPOOL_DIR = "sharegroup"
 DEFAULT_MAX_RECORDS = 10_000
-DEFAULT_LOCK_MS = 30_000
+# The kafka.* settings the member takes: it is sharebroker's wire client, not librdkafka.
+MEMBER_SETTINGS = ("bootstrap.servers", "client.id", "security.protocol")
 
 
 class LockExpiredError(RuntimeError):
@@ -64,6 +69,13 @@ class ShareOptions:
         group = client.pop("group.id", None)
         if not group:
             raise OptionError("Option 'kafka.group.id' must name the share group to read through")
+        for key, value in client.items():
+            if key not in MEMBER_SETTINGS or (key == "security.protocol" and value.upper() != "PLAINTEXT"):
+                raise OptionError(
+                    f"Kafka option 'kafka.{key}={value}' is not supported by the share-group source: its member is "
+                    "sharebroker's own wire client, which renews record locks (confluent-kafka's ShareConsumer "
+                    "cannot), and it takes only kafka.bootstrap.servers, kafka.group.id and kafka.client.id, over "
+                    "PLAINTEXT")
         if "subscribepattern" in opts or "assign" in opts:
             raise OptionError("A share group subscribes to topic names: use the option 'subscribe'")
         topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
@@ -105,49 +117,62 @@ def _spool_schema(include_headers: bool) -> pa.Schema:
     return arrow_schema(include_headers, [("deliveryCount", pa.int32())])
 
 
+def _batch_seq(checkpoint: Path, batch_id: str, group: str) -> int | None:
+    """The spool sequence number that Spark batch `batch_id`'s offset-log entry ends at."""
+    try:
+        lines = (checkpoint / "offsets" / batch_id).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines[2:]:  # "v1", the batch metadata, then one offset per source
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("group") == group and isinstance(doc.get("seq"), int):
+            return int(doc["seq"])
+    return None
+
+
 def committed_batch_seqs(checkpoint: Path, group: str) -> set[int]:
     """The spool sequence numbers of the micro-batches in the checkpoint's commit log."""
-    seqs: set[int] = set()
     commits = checkpoint / "commits"
     if not commits.is_dir():
-        return seqs
-    for entry in commits.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            lines = (checkpoint / "offsets" / entry.name).read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines[2:]:  # "v1", the batch metadata, then one offset per source
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict) and doc.get("group") == group and isinstance(doc.get("seq"), int):
-                seqs.add(doc["seq"])
-    return seqs
+        return set()
+    seqs = (_batch_seq(checkpoint, entry.name, group) for entry in commits.iterdir() if entry.name.isdigit())
+    return {seq for seq in seqs if seq is not None}
+
+
+def spark_batch_id(checkpoint: Path, group: str, seq: int) -> int | None:
+    """The Spark batch that ends at spool batch `seq`, from the checkpoint's offset log."""
+    offsets = checkpoint / "offsets"
+    if not offsets.is_dir():
+        return None
+    ids = sorted((int(e.name) for e in offsets.iterdir() if e.name.isdigit()), reverse=True)
+    return next((i for i in ids if _batch_seq(checkpoint, str(i), group) == seq), None)
 
 
 class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ShareOptions) -> None:
         self.opts = opts
         self.spool = opts.checkpoint / SPOOL_DIR
-        self._consumer: ShareConsumer | None = None
-        self._pending: tuple[int, list[tuple[str, int, int]], float] | None = None  # seq, records, polled at
-        self._lock_ms: int | None = opts.lock_duration_ms
+        self._member: SourceMember | None = None
         self._target: dict[tuple[str, int], int] | None = None  # availableNow: log end offsets at the start
 
     # -- the member, in the streaming-source runner process
 
     @property
-    def consumer(self) -> ShareConsumer:
-        if self._consumer is None:
-            conf: dict[str, object] = {"group.id": self.opts.group_id, "share.acknowledgement.mode": "explicit",
-                                       "max.poll.records": self.opts.max_records}
-            conf.update(self.opts.client)
-            self._consumer = ShareConsumer(conf)
-            self._consumer.subscribe(list(self.opts.topics))
-        return self._consumer
+    def member(self) -> SourceMember:
+        if self._member is None:
+            member = SourceMember(self.opts.client["bootstrap.servers"], self.opts.group_id, self.opts.topics,
+                                  max_records=self.opts.max_records, lock_ms=self.opts.lock_duration_ms,
+                                  client_id=self.opts.client.get("client.id", "sharebroker-pipeline"))
+            member.start()
+            self._member = member
+        return self._member
+
+    @property
+    def _held(self) -> HeldBatch | None:
+        return self._member.held if self._member is not None else None
 
     def _offset(self, seq: int) -> dict:
         return {"group": self.opts.group_id, "seq": seq}
@@ -174,36 +199,39 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         starts = share_group_start_offsets(self.opts.client["bootstrap.servers"], self.opts.group_id)
         return all(end == 0 or starts.get(tp, -1) >= end for tp, end in self._target.items())
 
-    def _lock_duration_ms(self) -> int:
-        if self._lock_ms is None:
-            self._lock_ms = _group_lock_duration(self.opts.client, self.opts.group_id)
-        return self._lock_ms
-
-    def _settle(self, ack: AcknowledgeType) -> None:
-        """Acknowledge the pending batch and drop its spool file."""
-        if self._pending is None:
+    def _settle(self, ack: int) -> None:
+        """Acknowledge the held batch (which stops renewing its locks)."""
+        if self._member is None:
             return
-        seq, records, polled_at = self._pending
-        elapsed_ms = (time.monotonic() - polled_at) * 1000
-        lock_ms = self._lock_duration_ms()
-        if ack == AcknowledgeType.ACCEPT and elapsed_ms > lock_ms:
-            self._pending = None
-            raise LockExpiredError(
-                f"Micro-batch {seq} of share group '{self.opts.group_id}' took {elapsed_ms:.0f} ms from acquisition to "
-                f"commit, longer than the record lock duration of {lock_ms} ms: its {len(records)} records were "
-                "released to the group and will be delivered again. Use a trigger interval and "
-                "maxRecordsPerTrigger that let a batch finish inside the lock, or raise the group's "
-                "share.record.lock.duration.ms (kafka-configs --entity-type groups).")
-        for topic, partition, offset in records:
-            self.consumer.acknowledge_offset(topic, partition, offset, ack)
-        results = self.consumer.commit_sync()
-        self._pending = None
-        failed = {f"{tp.topic}-{tp.partition}": str(err) for tp, err in (results or {}).items() if err is not None}
-        if failed and ack == AcknowledgeType.ACCEPT:
-            raise LockExpiredError(
-                f"The broker refused the acknowledgement of micro-batch {seq} of share group "
-                f"'{self.opts.group_id}' ({failed}); the records' locks had expired or moved to another member. "
-                f"They will be delivered again. A batch must finish inside the lock of {lock_ms} ms.")
+        held, refused = self._member.settle(ack)
+        if held is not None and refused and ack == ACCEPT:
+            raise LockExpiredError(self._refusal(held, refused, time.monotonic()))
+
+    def _refusal(self, held: HeldBatch, refused: Mapping[tuple[str, int], str], now: float) -> str:
+        """What ran long (or what else lost the records), and the settings involved."""
+        member = self._member
+        assert member is not None
+        batch = spark_batch_id(self.opts.checkpoint, self.opts.group_id, held.seq)
+        which = f"micro-batch {batch}" if batch is not None else f"the micro-batch of spool batch {held.seq}"
+        since_lock = now - held.locked_since
+        why = "; ".join(f"{t}-{p}: {text.rstrip('.')}" for (t, p), text in sorted(refused.items()))
+        lines = [f"The broker refused the acknowledgement of {which} of share group '{self.opts.group_id}' "
+                 f"({held.count} records, spool batch {held.seq}): {why}.",
+                 f"Spark committed that batch {now - held.acquired_at:.1f} s after its records were acquired; "
+                 f"the record lock is {member.lock_ms} ms ({LOCK_SETTING})."]
+        if member.cannot_renew:
+            lines.append(f"The locks could not be renewed: {member.cannot_renew}. {member.renewal_advice()}")
+        elif held.failures:
+            lines.append(f"Renewing the locks failed: {'; '.join(held.failures[:3])}.")
+        elif since_lock * 1000 > member.lock_ms:
+            lines.append(f"They were last renewed {since_lock:.1f} s before the commit ({held.renewals} renewals): "
+                         "the source's renewal timer fell behind (an overloaded driver?).")
+        else:
+            lines.append("Their locks had not run out: the member lost them (its session or connection ended, or "
+                         "the group fenced it).")
+        lines.append("Those records go back to the group and will be delivered again: de-duplicate on "
+                     "(topic, partition, offset).")
+        return " ".join(lines)
 
     def _drop_spool(self, upto: int) -> None:
         """Spool files of committed batches (Spark never replays them), this run's or a dead one's."""
@@ -214,42 +242,38 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         done = int(start.get("seq", 0))
-        if self._pending is not None:
-            if self._pending[0] > done:  # planned but not run yet: the same end again
-                return self._offset(self._pending[0])
-            self._settle(AcknowledgeType.ACCEPT)  # Spark committed it before asking for the next end
+        held = self._held
+        if held is not None:
+            if held.seq > done:  # planned but not run yet: the same end again
+                return self._offset(held.seq)
+            self._settle(ACCEPT)  # Spark committed it before asking for the next end
         self._drop_spool(done)
-        # One poll is one batch: in explicit mode a whole poll is acknowledged before the next, and
-        # max.poll.records (maxRecordsPerTrigger) bounds it.
-        messages = self.consumer.poll(timeout=self.opts.poll_timeout_ms / 1000)
-        if self._target is not None and not messages:
-            deadline = time.monotonic() + max(60.0, 2 * self._lock_duration_ms() / 1000)
-            while not messages and not self._target_reached() and time.monotonic() < deadline:
-                messages = self.consumer.poll(timeout=self.opts.poll_timeout_ms / 1000)
-        polled_at = time.monotonic()
-        rows: dict[str, list] = {name: [] for name in _spool_schema(self.opts.include_headers).names}
-        for m in messages:
-            err = m.error()
-            if err is not None:
-                if err.code() in (KafkaError._PARTITION_EOF, KafkaError._TIMED_OUT):
-                    continue
-                raise KafkaException(err)
-            ts_type, ts = m.timestamp()
-            rows["key"].append(m.key())
-            rows["value"].append(m.value())
-            rows["topic"].append(m.topic())
-            rows["partition"].append(m.partition())
-            rows["offset"].append(m.offset())
-            rows["timestamp"].append(ts * 1000)
-            rows["timestampType"].append(TIMESTAMP_TYPES.get(ts_type, -1))
-            rows["deliveryCount"].append(m.delivery_count())
-            if self.opts.include_headers:
-                rows["headers"].append(header_structs(m.headers()))
-        if not rows["offset"]:
+        # One ShareFetch is one batch: its records' locks start when it is sent, and the member
+        # renews them from then until the batch is acknowledged.
+        member = self.member
+        records = member.poll(self.opts.poll_timeout_ms)
+        if self._target is not None and not records:
+            deadline = time.monotonic() + max(60.0, 2 * member.lock_ms / 1000)
+            while not records and not self._target_reached() and time.monotonic() < deadline:
+                records = member.poll(self.opts.poll_timeout_ms)
+        if not records:
             return self._offset(done)
+        acquired_at = member.acquired_at
+        rows: dict[str, list] = {name: [] for name in _spool_schema(self.opts.include_headers).names}
+        for r in records:
+            rows["key"].append(r.key)
+            rows["value"].append(r.value)
+            rows["topic"].append(r.topic)
+            rows["partition"].append(r.partition)
+            rows["offset"].append(r.offset)
+            rows["timestamp"].append(r.timestamp * 1000)
+            rows["timestampType"].append(r.timestamp_type)
+            rows["deliveryCount"].append(r.delivery_count)
+            if self.opts.include_headers:
+                rows["headers"].append([{"key": k, "value": v} for k, v in r.headers])
         seq = done + 1
+        member.hold(seq, records, acquired_at)  # renewed from here on, while the spool is written too
         self._write_spool(seq, rows)
-        self._pending = (seq, list(zip(rows["topic"], rows["partition"], rows["offset"])), polled_at)
         return self._offset(seq)
 
     def _write_spool(self, seq: int, rows: dict[str, list]) -> None:
@@ -294,22 +318,23 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict) -> None:
         done = int(end.get("seq", 0))
-        if self._pending is not None and self._pending[0] <= done:
-            self._settle(AcknowledgeType.ACCEPT)
+        held = self._held
+        if held is not None and held.seq <= done:
+            self._settle(ACCEPT)
         self._drop_spool(done)
 
     def stop(self) -> None:
         try:
-            if self._pending is not None:
-                seq = self._pending[0]
-                committed = seq in committed_batch_seqs(self.opts.checkpoint, self.opts.group_id)
-                self._settle(AcknowledgeType.ACCEPT if committed else AcknowledgeType.RELEASE)
+            held = self._held
+            if held is not None:
+                committed = held.seq in committed_batch_seqs(self.opts.checkpoint, self.opts.group_id)
+                self._settle(ACCEPT if committed else RELEASE)
                 if committed:
-                    self._drop_spool(seq)
+                    self._drop_spool(held.seq)
         finally:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            if self._member is not None:
+                self._member.close()
+                self._member = None
 
 
 def share_group_start_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
@@ -325,31 +350,3 @@ def share_group_start_offsets(bootstrap: str, group: str) -> dict[tuple[str, int
         raise KafkaApiError(g.error_code, g.error_message, f"Cannot describe the offsets of share group '{group}': ")
     return {(t.topic_name, int(p.partition_index)): int(p.start_offset) if not code_of(p.error_code) else -1
             for t in g.topics for p in t.partitions}
-
-
-def _group_lock_duration(client: Mapping[str, str], group_id: str) -> int:
-    """The group's share.record.lock.duration.ms, else the broker's
-    group.share.record.lock.duration.ms, else Kafka's default."""
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-
-    admin = AdminClient(dict(client))
-    group_type = getattr(ResourceType, "GROUP", None)
-    if group_type is not None:
-        try:
-            res = ConfigResource(group_type, group_id)
-            entries = admin.describe_configs([res], request_timeout=10)[res].result()
-            entry = entries.get("share.record.lock.duration.ms")
-            if entry is not None and entry.value:
-                return int(entry.value)
-        except (KafkaException, ValueError, TypeError):
-            pass
-    try:
-        meta = admin.list_topics(timeout=10)
-        res = ConfigResource(ResourceType.BROKER, str(next(iter(meta.brokers))))
-        entries = admin.describe_configs([res], request_timeout=10)[res].result()
-        entry = entries.get("group.share.record.lock.duration.ms")
-        if entry is not None and entry.value:
-            return int(entry.value)
-    except (KafkaException, ValueError, TypeError, StopIteration):
-        pass
-    return DEFAULT_LOCK_MS

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from sharebroker.pipeline.session import get_session
 
@@ -36,8 +37,8 @@ def write_both(batch: DataFrame, batch_id: int) -> None:
     batch.unpersist()
 
 
-def main() -> None:
-    spark = get_session()  # local[*], or $SPARK_MASTER / spark-submit's --master
+def start(spark: SparkSession) -> StreamingQuery:
+    """The running query (a test drives it on its own session)."""
     orders = (spark.readStream.format("sharegroup")
               .option("kafka.bootstrap.servers", BOOTSTRAP)
               .option("kafka.group.id", GROUP)
@@ -47,11 +48,15 @@ def main() -> None:
               .load())
     enriched = orders.select("topic", "partition", "offset", "deliveryCount", "key",
                              F.upper(F.col("value").cast("string")).alias("value"))
-    query = (enriched.writeStream.foreachBatch(write_both)
-             .option("checkpointLocation", CHECKPOINT)
-             .trigger(**({"availableNow": True} if TRIGGER == "availableNow" else {"processingTime": TRIGGER}))
-             .start())
-    query.awaitTermination()
+    return (enriched.writeStream.foreachBatch(write_both)
+            .option("checkpointLocation", CHECKPOINT)
+            .trigger(**({"availableNow": True} if TRIGGER == "availableNow" else {"processingTime": TRIGGER}))
+            .start())
+
+
+def main() -> None:
+    spark = get_session()  # local[*], or $SPARK_MASTER / spark-submit's --master
+    start(spark).awaitTermination()
 
 
 if __name__ == "__main__":

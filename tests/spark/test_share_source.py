@@ -90,10 +90,11 @@ def test_task_failure_mid_batch_redelivers_and_dedupes(spark, sbroker, tmp_path)
     assert not list((checkpoint / "sharegroup").glob("batch-*.arrow"))
 
 
-def test_a_batch_longer_than_the_lock_fails_the_query_clearly(spark, sbroker, tmp_path):
+def test_without_renewal_a_batch_longer_than_the_lock_fails_the_query_clearly(spark, sbroker, tmp_path):
     topic, group = "slow-jobs", new_group()
     create_topic(sbroker.bootstrap, topic, 1)
-    set_earliest(sbroker.bootstrap, group, share_record_lock_duration_ms="1000")
+    set_earliest(sbroker.bootstrap, group, share_record_lock_duration_ms="1000",
+                 share_renew_acknowledge_enable="false")
     produce_values(sbroker.bootstrap, topic, [f"job-{i}".encode() for i in range(50)], partition=0)
     done = tmp_path / "done"
 
@@ -110,7 +111,37 @@ def test_a_batch_longer_than_the_lock_fails_the_query_clearly(spark, sbroker, tm
         q.awaitTermination(120)
     assert done.exists()
     message = str(failure.value)
-    assert "record lock duration of 1000 ms" in message and "share.record.lock.duration.ms" in message
+    # Which batch, how long it took from acquisition, and the settings that would let it finish.
+    assert "acknowledgement of micro-batch 0 of share group" in message, message
+    assert "INVALID_RECORD_STATE" in message and "s after its records were acquired" in message, message
+    assert "the record lock is 1000 ms (share.record.lock.duration.ms)" in message, message
+    assert "share.renew.acknowledge.enable is false" in message, message
+    assert "share.renew.acknowledge.enable=true" in message, message
+
+
+def test_a_batch_longer_than_the_lock_keeps_its_records(spark, sbroker, tmp_path):
+    """A 1 s lock and a sink that takes 3 s for the first batch: the source renews the batch's locks,
+    so nothing is delivered twice and the group moves past every record."""
+    topic, group = "renewed-jobs", new_group()
+    create_topic(sbroker.bootstrap, topic, 2)
+    set_earliest(sbroker.bootstrap, group, share_record_lock_duration_ms="1000")
+    for part in range(2):
+        produce_values(sbroker.bootstrap, topic, [f"{part}-{i}".encode() for i in range(50)], partition=part)
+    out = tmp_path / "out"
+
+    def slow_sink(df, batch_id: int) -> None:
+        import time as _time
+        if batch_id == 0:
+            _time.sleep(3)  # three lock periods: the point of the test
+        df.write.mode("append").parquet(str(out))
+
+    q = stream(spark, sbroker.bootstrap, group, topic, tmp_path / "ck", slow_sink, availableNow=True)
+    q.awaitTermination(120)
+    assert q.exception() is None
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p in range(2) for o in range(50)]
+    assert {r.deliveryCount for r in rows} == {1}
+    assert start_offsets(sbroker.bootstrap, group) == {0: 50, 1: 50}
 
 
 def test_the_readme_example_pipeline(spark, sbroker, tmp_path, monkeypatch):
