@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.topics_admin import auto_create
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.broker.topics import Topic, validate_topic_name
+from sharebroker.broker.topics import Topic
 from sharebroker.protocol.errors import KafkaError, error_code_for
+from sharebroker.protocol.topic_names import validate_topic_name
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
