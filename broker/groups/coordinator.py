@@ -150,6 +150,11 @@ class ShareGroupCoordinator:
     def _restate(self, in_partition: Any) -> list[tuple[bytes, bytes | None]]:
         return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
 
+    def _unwritten(self, group: ShareGroup) -> bool:
+        """Whether the group holds changes its records do not say yet (a write that failed)."""
+        return (bool(group.changed_members or group.left_members or group.initialized_changed)
+                or self._persisted_epoch.get(group.group_id) != group.epoch)
+
     async def persist(self, group: ShareGroup) -> None:
         """Write what changed of the group since its last write: its epoch, its initialized
         partitions, the members that changed, tombstones of the members that left. Nothing when
@@ -316,6 +321,8 @@ class ShareGroupCoordinator:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
             now = self.clock.monotonic_ms()  # session deadlines never follow a wall-clock step
             for group in list(self.groups.values()):
+                if not group.members and not self._unwritten(group):
+                    continue  # an idle group costs the sweep one look, no lock and no write
                 async with self._serialized(group.group_id):
                     if self.groups.get(group.group_id) is not group:
                         continue  # deleted while this sweep waited for the group

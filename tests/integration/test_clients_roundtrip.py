@@ -381,8 +381,9 @@ def test_list_offsets_special_timestamps_after_delete_records(broker, topic_name
     -1 for -5 and -6; each is refused with UNSUPPORTED_VERSION below the version that introduced it."""
     create_topic(broker.bootstrap, topic_name)
     p = Producer(producer_conf(broker.bootstrap, **{"linger.ms": 0}))
-    for i in range(3):
-        produce_sync(p, topic_name, [{"partition": 0, "value": f"d{i}".encode()}])
+    now = int(time.time() * 1000)
+    for i in range(3):  # rising timestamps: the max timestamp is offset 2's whatever the clock's resolution
+        produce_sync(p, topic_name, [{"partition": 0, "value": f"d{i}".encode(), "timestamp": now + i}])
     a = admin(broker.bootstrap)  # kept: the futures die with their client
     (fut,) = a.delete_records([TopicPartition(topic_name, 0, 1)], request_timeout=10).values()
     assert fut.result(timeout=15).low_watermark == 1

@@ -20,7 +20,9 @@ from sharebroker.testing import BrokerProcess, wait_for
 
 pytestmark = pytest.mark.spark
 N_PER_PARTITION = 1000
-BASE_TS = 1_700_000_000_000
+# An hour ago, not a fixed date: retention (7 days by default, first checked 30 s after start as in
+# Kafka) must not delete the records while the module runs, here or on a long-lived compose broker.
+BASE_TS = (int(time.time()) - 3600) * 1000
 
 
 @pytest.fixture(scope="module")
