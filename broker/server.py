@@ -23,6 +23,7 @@ from sharebroker.broker.groups.directory import GroupType
 from sharebroker.broker.groups.group_log import GroupLog
 from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.memory import trim_heap, tune_allocator
+from sharebroker.broker.open_files import raise_limit
 from sharebroker.broker.clock import LoopClock
 from sharebroker.storage.files import LogDirLock
 from sharebroker.broker.share.partitions import SharePartitions
@@ -365,6 +366,11 @@ async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
     # multi-line "Task exception was never retrieved".
     install_loop_exception_handler(asyncio.get_running_loop())
     tune_allocator()
+    limits = raise_limit()
+    if limits is not None:
+        # Every partition keeps three files open: a shell's default soft limit (1024; 256 on
+        # macOS) runs out after a few hundred partitions, well before the hard limit does.
+        log.info("open file limit", soft_before=limits[0], soft=limits[1], hard=limits[2])
     broker = Broker(config, ready_file=ready_file)
     await broker.start()
     # What start-up made (modules, kio's schema classes, loaded state) lives as long as the
