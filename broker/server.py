@@ -4,14 +4,17 @@ timers (retention, time-based flush, producer-id expiry)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import signal
+import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from sharebroker.broker.acceptor import Acceptor, bind
 from sharebroker.broker.connection import Connection
 from sharebroker.broker.fetch_sessions import FetchSessionCache
 from sharebroker.broker.flusher import Flusher, now_ms
@@ -68,7 +71,7 @@ class Broker:
         self.features_epoch = 0
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
-        self._servers: list[asyncio.base_events.Server] = []
+        self._acceptors: list[Acceptor] = []
         self._bound: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
         self._endpoints: dict[str, tuple[str, int]] = {}  # listener name -> advertised (host, port)
         self._connections: set[asyncio.Task[None]] = set()
@@ -159,13 +162,31 @@ class Broker:
         for listener in self.config.listeners:
             def protocol(name: str = listener.name) -> FrameProtocol:
                 return FrameProtocol(max_frame, lambda frames: self._accept(frames, name), self._request_memory)
-            server = await loop.create_server(protocol, host=listener.host or None, port=listener.port, reuse_address=True)
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
+
+            def connected(sock: socket.socket, protocol: Callable[[], FrameProtocol] = protocol) -> None:
+                task = loop.create_task(loop.connect_accepted_socket(protocol, sock))
+                task.add_done_callback(functools.partial(self._connect_failed, sock=sock))
+
+            acceptor = Acceptor(listener.name, bind(listener.host or None, listener.port), connected)
+            self._acceptors.append(acceptor)
+            port = acceptor.sockets[0].getsockname()[1]
             self._bound[listener.name] = (listener.host, port)
             adv = advertised.get(listener.name, listener)
             self._endpoints[listener.name] = (adv.host or listener.host or "127.0.0.1", adv.port or port)
+        for acceptor in self._acceptors:
+            acceptor.start()
         self.port = self._bound[self.config.listeners[0].name][1]
+
+    def _connect_failed(self, task: asyncio.Task[Any], *, sock: socket.socket) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        log.warning("accepted connection could not be set up", error=str(task.exception()))
+        sock.close()
+
+    def descriptors_freed(self) -> None:
+        """Something gave file descriptors back: listeners paused at the limit accept again."""
+        for acceptor in self._acceptors:
+            acceptor.resume()
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         """The advertised (host, port) of a listener, as this broker describes itself to a client on it."""
@@ -191,6 +212,7 @@ class Broker:
             pass
         finally:
             self._open.pop(conn, None)
+            self.descriptors_freed()
             self._closed_since_trim += 1
             if self._closed_since_trim == 64:  # many went: give their freed buffers back soon
                 asyncio.get_running_loop().call_later(1.0, self._trim)
@@ -220,8 +242,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker stopping")
-        for server in self._servers:
-            server.close()
+        for acceptor in self._acceptors:
+            acceptor.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
@@ -249,6 +271,7 @@ class Broker:
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
         await self.classic_groups.topic_deleted(name)
         await self.consumer_groups.topic_deleted()
+        self.descriptors_freed()  # its segments' files are closed
 
     def group_type(self, group_id: str) -> GroupType | None:
         """Which kind of group owns this id ("share", "classic"), or None if no group has it."""

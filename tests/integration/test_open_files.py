@@ -57,3 +57,38 @@ def test_the_soft_limit_is_raised_to_the_hard_one_at_start(tmp_path: Path) -> No
         assert (line["soft_before"], line["soft"], line["hard"]) == (256, 4096, 4096)
     finally:
         broker.kill()
+
+
+PAUSED = "accepting paused: out of file descriptors"
+
+
+def test_at_the_limit_new_connections_wait_in_the_backlog_and_are_served_once_a_descriptor_frees(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", open_files=(128, 128))
+    broker.start()
+    clients: list[rk.RawClient] = []
+    try:
+        # Each connection holds one descriptor: open them until the broker has none left (it
+        # logs the pause when an accept is refused, before it answers the last one it took).
+        while not log_events(broker, PAUSED):
+            client = rk.RawClient(broker.bootstrap, timeout=10)
+            clients.append(client)
+            assert int(client.request(rk.api_versions_request()).error_code) == 0
+            assert len(clients) < 128, "the broker never ran out of descriptors"
+        pending = rk.RawClient(broker.bootstrap, timeout=10)
+        pending.send(rk.api_versions_request())
+        # The connection is queued, not dropped: freeing one descriptor gets it served.
+        clients.pop(0).close()
+        pending.recv_frame(timeout=10)
+        pending.close()
+        for client in clients:
+            client.close()
+        with rk.RawClient(broker.bootstrap) as again:
+            assert int(again.request(rk.api_versions_request()).error_code) == 0
+        # One line for the whole episode, however often an accept was refused within it.
+        assert len(log_events(broker, PAUSED)) == 1
+        assert log_events(broker, "accepting connections again")
+        assert broker.alive()
+    finally:
+        for client in clients:
+            client.close()
+        broker.kill()
