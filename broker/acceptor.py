@@ -131,7 +131,13 @@ class Acceptor:
             return
         self._retry.cancel()
         self._retry = None
-        self._watch()  # level-triggered: a queued connection makes the socket readable at once
+        self._watch()
+        # Try at once rather than wait for readiness: with nothing queued, this is what tells
+        # whether descriptors are free again (an accept at the limit fails even then).
+        for sock in self.sockets:
+            if self._retry is not None:  # paused again
+                break
+            self._accept(sock)
 
     def close(self) -> None:
         if self._closed:
