@@ -5,6 +5,8 @@ answered with, never a broker that stops accepting connections or cannot start a
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 
 try:
@@ -12,7 +14,17 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     resource = None  # type: ignore[assignment]
 
+FILES_PER_PARTITION = 3  # .log, .index, .timeindex of the active segment
 _DARWIN_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX; the JVM caps it there too
+# Where the process lists its descriptors (Linux; macOS and the BSDs).
+_FD_DIRS = ("/proc/self/fd", "/dev/fd")
+
+
+def soft_limit() -> int | None:
+    if resource is None:
+        return None
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def raise_limit() -> tuple[int, int, int] | None:
@@ -31,4 +43,34 @@ def raise_limit() -> tuple[int, int, int] | None:
     return soft, target, hard
 
 
-__all__ = ["raise_limit"]
+def reserve(limit: int) -> int:
+    """Descriptors kept free of partitions: connections, atomic metadata and checkpoint writes,
+    producer snapshots and segment rolls need some even when the partitions took the rest."""
+    return max(32, limit // 16)
+
+
+def in_use() -> int | None:
+    """How many descriptors the process holds (None where the system does not list them). With
+    none left, listing them fails with EMFILE, which is the answer too."""
+    for path in _FD_DIRS:
+        try:
+            return len(os.listdir(path)) - 1  # the listing's own descriptor
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return None
+
+
+def check_room(files: int, what: str) -> None:
+    """Refuse (with EMFILE, as the open would have failed) to open `files` more files for good
+    when that would leave fewer than the reserve free."""
+    limit = soft_limit()
+    used = in_use()
+    if limit is None or used is None:
+        return
+    if used + files + reserve(limit) > limit:
+        raise OSError(errno.EMFILE, f"Too many open files: {what} needs {files} more open files, {used} of the "
+                                    f"limit of {limit} are in use and {reserve(limit)} are kept for connections "
+                                    f"and writes")
+
+
+__all__ = ["FILES_PER_PARTITION", "check_room", "in_use", "raise_limit", "reserve", "soft_limit"]

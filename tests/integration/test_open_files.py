@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
-from sharebroker.testing import BrokerProcess
+from sharebroker.testing import BrokerProcess, wait_for
 from tests.integration import rawkafka as rk
+from tests.integration.clients import consume_from_beginning, produce_sync, producer_conf
 
 pytestmark = pytest.mark.needs_own_broker("sets the open-file limit of brokers of its own")
 
@@ -86,8 +88,93 @@ def test_at_the_limit_new_connections_wait_in_the_backlog_and_are_served_once_a_
             assert int(again.request(rk.api_versions_request()).error_code) == 0
         # One line for the whole episode, however often an accept was refused within it.
         assert len(log_events(broker, PAUSED)) == 1
-        assert log_events(broker, "accepting connections again")
+        wait_for(lambda: log_events(broker, "accepting connections again"), message="the end of the pause logged")
         assert broker.alive()
+    finally:
+        for client in clients:
+            client.close()
+        broker.kill()
+
+
+def metadata_topics(client: rk.RawClient) -> set[str]:
+    return {t.name for t in client.request(rk.metadata_request(None)).topics}
+
+
+def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_keeps_serving(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, open_files=(256, 256))  # raising the soft limit to the hard one does not help
+    broker.start()
+    clients: list[rk.RawClient] = []
+    try:
+        producer = Producer(producer_conf(broker.bootstrap))
+        with rk.RawClient(broker.bootstrap, timeout=30) as admin:
+            assert int(create_topics(admin, ("kept", 1))[0].error_code) == 0
+            produce_sync(producer, "kept", [{"value": b"before"}])
+
+            created: list[str] = []
+            while True:  # one partition (three files) per topic until one does not fit
+                name = f"t{len(created)}"
+                (result,) = create_topics(admin, (name, 1))
+                if int(result.error_code):
+                    break
+                created.append(name)
+                assert len(created) < 256, "the limit was never reached"
+            failed = name
+            assert int(result.error_code) == KAFKA_STORAGE_ERROR
+            assert result.error_message.startswith(f"Error while creating log for {failed}-0 in dir {data} (Too many "
+                                                   f"open files"), result.error_message
+            assert len(created) > 40
+            # Nothing of the failed topic is left: no directory, no metadata, no topic.
+            assert not (data / f"{failed}-0").exists()
+            assert failed not in json.loads((data / "sharebroker-metadata.json").read_text())["topics"]
+            # A new connection is served, and so are producers and consumers of existing topics.
+            with rk.RawClient(broker.bootstrap) as fresh:
+                assert int(fresh.request(rk.api_versions_request()).error_code) == 0
+                assert set(created) | {"kept"} <= metadata_topics(fresh) and failed not in metadata_topics(fresh)
+            produce_sync(producer, "kept", [{"value": b"at the limit"}])
+            assert [m.value() for m in consume_from_beginning(broker.bootstrap, "kept", 2)] == [b"before",
+                                                                                              b"at the limit"]
+
+            # Connections take the last descriptors: creating is refused even then, and answered.
+            while not log_events(broker, PAUSED):
+                client = rk.RawClient(broker.bootstrap, timeout=10)
+                clients.append(client)
+                client.request(rk.api_versions_request())
+            (result,) = create_topics(admin, (failed, 1))
+            assert int(result.error_code) == KAFKA_STORAGE_ERROR and "Too many open files" in result.error_message
+            assert not (data / f"{failed}-0").exists()
+            assert failed not in metadata_topics(admin)
+            for client in clients:
+                client.close()
+            clients.clear()
+
+            # Deleting topics gives their descriptors back: the failed name can be created now.
+            delete = rk.req_cls(20, 6)
+            dtopic = rk._nested(delete, "topics")
+            resp = admin.request(delete(topics=tuple(dtopic(name=n, topic_id=None) for n in created[:10]),
+                                        timeout=datetime.timedelta(seconds=10)))
+            assert [int(r.error_code) for r in resp.responses] == [0] * 10
+            (result,) = create_topics(admin, (failed, 1))
+            assert (int(result.error_code), result.error_message) == (0, None)
+        producer.flush(5)
+        del producer
+        assert broker.stop() == 0
+        kept = set(created[10:]) | {failed, "kept"}
+
+        # The same limit: the data directory fits it (creation kept room), so it starts.
+        broker.start()
+        with rk.RawClient(broker.bootstrap) as client:
+            assert kept <= metadata_topics(client)
+        assert broker.stop() == 0
+
+        # A higher limit serves everything again.
+        broker.open_files = (1024, 1024)
+        broker.start()
+        with rk.RawClient(broker.bootstrap) as client:
+            assert kept <= metadata_topics(client)
+            (result,) = create_topics(client, ("after-restart", 5))
+            assert int(result.error_code) == 0
+        assert [m.value() for m in consume_from_beginning(broker.bootstrap, "kept", 2)] == [b"before", b"at the limit"]
     finally:
         for client in clients:
             client.close()
