@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from pathlib import Path
 
 try:
     import resource
@@ -73,4 +74,44 @@ def check_room(files: int, what: str) -> None:
                                     f"and writes")
 
 
-__all__ = ["FILES_PER_PARTITION", "check_room", "in_use", "raise_limit", "reserve", "soft_limit"]
+def exhausted(exc: BaseException) -> bool:
+    """The process (EMFILE) or the system (ENFILE) is out of file descriptors."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def needed_for(log_dir: Path) -> tuple[int, int]:
+    """(partitions, open files) a start-up on `log_dir` needs: three per segment, plus the reserve."""
+    partitions = segments = 0
+    try:
+        entries = list(os.scandir(log_dir))
+    except OSError:
+        return 0, 0
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False) or "-" not in entry.name:
+            continue
+        partitions += 1
+        try:
+            segments += max(1, sum(1 for name in os.listdir(entry.path) if name.endswith(".log")))
+        except OSError:
+            segments += 1
+    files = segments * FILES_PER_PARTITION
+    return partitions, files + reserve(files + 64) + 64
+
+
+def startup_advice(log_dir: Path, exc: OSError) -> str:
+    """What a start-up that ran out of descriptors prints: how many it needs and which limit to raise."""
+    partitions, needed = needed_for(log_dir)
+    limits = ""
+    if resource is not None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        shown = ["unlimited" if v == resource.RLIM_INFINITY else str(v) for v in (soft, hard)]
+        limits = f" (open-file limit: soft {shown[0]}, hard {shown[1]})"
+    return (f"{exc.strerror or exc}{limits}: the data directory {log_dir} holds {partitions} partition "
+            f"directories and needs about {needed} open files ({FILES_PER_PARTITION} per segment and room for "
+            f"connections). Raise the limit: `ulimit -n {needed}` in the shell that starts the broker (up to the "
+            f"hard limit, `ulimit -Hn`; beyond it raise the hard limit, e.g. LimitNOFILE= in a systemd unit or "
+            f"nofile in /etc/security/limits.conf), or `docker run --ulimit nofile={needed}:{needed}`.")
+
+
+__all__ = ["FILES_PER_PARTITION", "check_room", "exhausted", "in_use", "needed_for", "raise_limit", "reserve",
+           "soft_limit", "startup_advice"]

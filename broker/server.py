@@ -119,7 +119,14 @@ class Broker:
         t0 = time.perf_counter()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock.acquire()  # before any other file of the directory is touched
-        notes = self.topics.open(now_ms())
+        try:
+            notes = self.topics.open(now_ms())
+        except BaseException:
+            # Out of descriptors half-way, typically: give them back so the caller can say what the
+            # data directory needs (and so nothing of a failed start stays open in-process).
+            self.topics.logs.close_files()
+            self._dir_lock.release()
+            raise
         for note in notes:
             log.warning("log recovery", detail=note)
         self.share_persister.load()

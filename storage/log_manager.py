@@ -231,6 +231,12 @@ class LogManager:
         self.write_recovery_points()
         self.write_log_start_offsets()
 
+    def close_files(self) -> None:
+        """Close every log's files and forget them, writing nothing (a start-up that failed)."""
+        for log in self._logs.values():
+            log.close_files()
+        self._logs.clear()
+
     def close(self) -> None:
         """Flush and close every log, checkpoint, then write the clean-shutdown marker."""
         for log in list(self._logs.values()):

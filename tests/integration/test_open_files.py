@@ -167,6 +167,14 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
             assert kept <= metadata_topics(client)
         assert broker.stop() == 0
 
+        # A limit it cannot fit: a clear message and a non-zero exit, no traceback.
+        broker.open_files = (128, 128)
+        with pytest.raises(RuntimeError) as err:
+            broker.start()
+        assert broker.proc is not None and broker.proc.returncode == 1
+        assert "needs about" in str(err.value) and "ulimit -n" in str(err.value), str(err.value)
+        assert "Traceback" not in broker.log_text()
+
         # A higher limit serves everything again.
         broker.open_files = (1024, 1024)
         broker.start()
