@@ -7,9 +7,10 @@ OffsetMetadataManager does: classic and simple groups through their ClassicGroup
 is that group's entry of the store), consumer groups (KIP-848) after their coordinator validated the
 member, and transactional commits through `store_offsets`.
 
-Parked JoinGroup/SyncGroup requests wait on futures the group answers through its outbox. Anything
-persisted is updated in memory in the same step as its append (so GroupLog compaction always
-restates what the log holds); responses that acknowledge it are sent after the append."""
+Parked JoinGroup/SyncGroup requests wait on futures the group answers through its outbox. Offset
+commits are applied to memory once their append returned (a failed write changes nothing; GroupLog
+keeps compaction from restating while one is in flight); the rest of what is persisted is updated
+in memory in the same step as its append. Responses that acknowledge a write are sent after it."""
 
 from __future__ import annotations
 
@@ -344,14 +345,33 @@ class ClassicGroupCoordinator:
                 errors[(topic, partition)] = error or ErrorCode.unknown_server_error
             return errors
         now = now_ms()
-        records = self._offset_records(group_id, valid, errors, now)
+        staged: dict[tuple[str, int], crec.CommittedOffset] = {}
+        records = self._offset_records(group_id, valid, errors, now, staged)
         if not records and group.is_simple() and not group.offsets:
             self._forget(group_id)  # nothing committed: the simple group was never there
         group.offset_committed(member_id, now)
         self._after(group)
-        if records:
-            await self._append(group_id, records)
+        try:
+            await self._commit(group_id, records, staged)
+        except BaseException:
+            if group.is_simple() and not group.offsets and self.groups.get(group_id) is group:
+                self._forget(group_id)  # made for this commit, which did not happen
+            raise
         return errors
+
+    async def _commit(self, group_id: str, records: list[Record],
+                      staged: dict[tuple[str, int], crec.CommittedOffset]) -> None:
+        """Append offset commits, then apply them: a failed append (raised) changes nothing. An
+        offset that changed while the append was in flight (deleted, or committed again by a
+        later append) keeps what the later change made, which is what the log replays to."""
+        if not records:
+            return
+        before = {key: self.offsets.get(group_id, {}).get(key) for key in staged}
+        await self._append(group_id, records)
+        store = self._offsets_of(group_id)
+        for key, committed in staged.items():
+            if store.get(key) is before[key]:
+                store[key] = committed
 
     def _existing(self, offsets: list[OffsetToCommit]) -> tuple[list[OffsetToCommit], dict[tuple[str, int], ErrorCode]]:
         """The offsets of partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others."""
@@ -365,12 +385,10 @@ class ClassicGroupCoordinator:
         return valid, errors
 
     def _offset_records(self, group_id: str, offsets: list[OffsetToCommit], errors: dict[tuple[str, int], ErrorCode],
-                        now: int, store: dict[tuple[str, int], crec.CommittedOffset] | None = None) -> list[Record]:
-        """Put the offsets in `store` (default: the group's committed offsets) and return their
+                        now: int, store: dict[tuple[str, int], crec.CommittedOffset]) -> list[Record]:
+        """Stage the offsets in `store` (applied once their records are appended) and return their
         records (oversized metadata refused)."""
         max_metadata = self.config["offset.metadata.max.bytes"]
-        if store is None:
-            store = self._offsets_of(group_id)
         records: list[Record] = []
         for topic, partition, offset, leader_epoch, metadata in offsets:
             if metadata is not None and len(metadata) > max_metadata:
@@ -387,11 +405,9 @@ class ClassicGroupCoordinator:
         validated already (consumer groups, a committing transaction's TxnOffsetCommit offsets).
         Unknown partitions and oversized metadata are refused per partition."""
         valid, errors = self._existing(offsets)
-        records = self._offset_records(group_id, valid, errors, now_ms())
-        if not self.offsets.get(group_id) and group_id not in self.groups:
-            self.offsets.pop(group_id, None)  # a classic group's entry stays: its `offsets` is that dict
-        if records:
-            await self._append(group_id, records)
+        staged: dict[tuple[str, int], crec.CommittedOffset] = {}
+        records = self._offset_records(group_id, valid, errors, now_ms(), staged)
+        await self._commit(group_id, records, staged)
         return errors
 
     async def txn_commit_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int, member_id: str,

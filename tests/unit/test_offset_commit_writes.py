@@ -1,0 +1,101 @@
+"""Offset commits are planned, appended, then applied (DESIGN principle 2): a commit whose
+__consumer_offsets append fails (a full disk) changes nothing a client can fetch, and a compaction
+that runs while a commit's append is in flight restates the commit rather than dropping it.
+In-process Broker on a temp dir; the full disk is the partition's log refusing appends."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.server import Broker
+from sharebroker.protocol.errors import KafkaError
+from tests.unit.test_group_log import running_broker
+
+
+class FullDisk:
+    """A partition log whose appends fail as on a full disk; everything else is the real log's."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+
+def offsets_partition(b: Broker, group: str) -> Any:
+    return b.topics.get("__consumer_offsets").partitions[b.group_log.partition_of(group)]
+
+
+async def commit(b: Broker, group: str, offset: int) -> dict[tuple[str, int], ErrorCode]:
+    return await b.classic_groups.commit_offsets(group_id=group, member_id="", group_instance_id=None,
+                                                 generation_id=-1, offsets=[("t", 0, offset, -1, "")], version=9)
+
+
+async def fetched(b: Broker, group: str) -> int:
+    ((_topic, ((_p, offset, *_rest),)),) = await b.classic_groups.fetch_offsets(group, [("t", [0])], False)
+    return offset
+
+
+async def test_a_commit_whose_append_fails_changes_nothing(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as b:
+        b.topics.create("t", 1, {}, now_ms())
+        assert await commit(b, "g", 5) == {("t", 0): ErrorCode.none}
+        partition = offsets_partition(b, "g")
+        real = partition.log
+        partition.log = FullDisk(real)
+        with pytest.raises(KafkaError) as err:
+            await commit(b, "g", 9)
+        assert err.value.code == ErrorCode.not_coordinator
+        assert await fetched(b, "g") == 5
+        # A simple group made for a commit that failed is not left behind either.
+        other = next(f"s{i}" for i in range(1000) if b.group_log.partition_of(f"s{i}") == partition.index)
+        with pytest.raises(KafkaError):
+            await commit(b, other, 1)
+        assert b.group_type(other) is None and other not in b.classic_groups.offsets
+        partition.log = real
+        assert await commit(b, "g", 9) == {("t", 0): ErrorCode.none}
+        assert await fetched(b, "g") == 9
+
+
+async def test_stored_offsets_whose_append_fails_change_nothing(tmp_path: Path) -> None:
+    # The path of consumer-group (KIP-848) commits, once the member was validated.
+    async with running_broker(tmp_path) as b:
+        b.topics.create("t", 1, {}, now_ms())
+        assert await b.classic_groups.store_offsets("cg", [("t", 0, 3, -1, "")]) == {("t", 0): ErrorCode.none}
+        partition = offsets_partition(b, "cg")
+        real = partition.log
+        partition.log = FullDisk(real)
+        with pytest.raises(KafkaError):
+            await b.classic_groups.store_offsets("cg", [("t", 0, 8, -1, "")])
+        partition.log = real
+        assert b.classic_groups.offsets["cg"][("t", 0)].offset == 3
+
+
+async def test_a_compaction_during_an_in_flight_commit_restates_the_commit(tmp_path: Path) -> None:
+    # With an fsync per append, a commit waits for the flusher thread between its append and its
+    # apply; a compaction running then must not restate the offset from before it.
+    async with running_broker(tmp_path, {"log.flush.interval.messages": "1"}) as b:
+        b.topics.create("t", 1, {}, now_ms())
+        await commit(b, "g", 5)
+        plog = offsets_partition(b, "g").log
+        end = plog.log_end_offset
+        pending = asyncio.get_running_loop().create_task(commit(b, "g", 9))
+        deadline = time.monotonic() + 10
+        while plog.log_end_offset == end:  # the commit's record is in the log, its fsync pending
+            assert time.monotonic() < deadline and not pending.done()
+            await asyncio.sleep(0)
+        await asyncio.gather(pending, b.group_log.compact(force=True))
+        assert await fetched(b, "g") == 9
+    async with running_broker(tmp_path) as b2:
+        assert await fetched(b2, "g") == 9
