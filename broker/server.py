@@ -27,7 +27,7 @@ from sharebroker.broker.groups.group_log import GroupLog
 from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.memory import trim_heap, tune_allocator
 from sharebroker.broker.open_files import raise_limit
-from sharebroker.broker.clock import LoopClock
+from sharebroker.broker.clock import Clock, LoopClock
 from sharebroker.storage.files import LogDirLock
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
@@ -43,11 +43,12 @@ _MAX = 2**63 - 1
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, ready_file: Path | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, ready_file: Path | None = None, clock: Clock | None = None) -> None:
         self.config = config
         self.node_id: int = config.node_id
         self.log_dir: Path = config.log_dir
-        self.clock = LoopClock()  # deadlines on the monotonic clock, timers on the loop
+        # Deadlines on the monotonic clock, timers on the loop (tests pass a manual clock).
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self._dir_lock = LogDirLock(self.log_dir)
         self.topics = Topics(config, self.log_dir)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])  # KIP-227
@@ -58,7 +59,7 @@ class Broker:
         self.group_log = GroupLog(internal, num_partitions=config["offsets.topic.num.partitions"])
         self.share_groups = ShareGroupCoordinator(config, self.log_dir, self.clock, self.topics, self.group_log,
                                                   self.share_persister, groups=self)
-        self.classic_groups = ClassicGroupCoordinator(config, self.topics, self.group_log, groups=self)
+        self.classic_groups = ClassicGroupCoordinator(config, self.clock, self.topics, self.group_log, groups=self)
         self.consumer_groups = ConsumerGroupCoordinator(config, self.clock, self.topics, self.group_log, groups=self,
                                                         group_configs=self.share_groups.config,
                                                         classic=self.classic_groups)

@@ -15,12 +15,12 @@ in memory in the same step as its append. Responses that acknowledge a write are
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.groups import classic_records as crec
 from sharebroker.broker.groups.classic_group import (
     DEAD,
@@ -39,6 +39,7 @@ from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
 from sharebroker.broker.structured_log import get_logger
 
 if TYPE_CHECKING:
+    from sharebroker.broker.clock import Clock, TimerHandle
     from sharebroker.broker.groups.directory import GroupDirectory
     from sharebroker.broker.groups.group_log import GroupLog
     from sharebroker.broker.topics import Partition, Topics
@@ -54,8 +55,13 @@ FetchedOffset = tuple[int, int, int, str, ErrorCode]
 
 
 class ClassicGroupCoordinator:
-    def __init__(self, config: BrokerConfig, topics: Topics, group_log: GroupLog, groups: GroupDirectory) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock, topics: Topics, group_log: GroupLog,
+                 groups: GroupDirectory) -> None:
         self.config = config
+        # Group deadlines (sessions, rebalance and join timers) on the monotonic clock, so a step
+        # of the wall clock neither expires members nor stretches them; commit timestamps and
+        # the persisted state timestamp are wall time, as Kafka writes them.
+        self.clock = clock
         self.topics = topics
         self.group_log = group_log
         self.directory = groups
@@ -64,7 +70,7 @@ class ClassicGroupCoordinator:
         # TxnOffsetCommit offsets waiting for their transaction's end: producer id -> group -> offsets
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], crec.CommittedOffset]]] = {}
         self._persisted: dict[str, bytes] = {}  # group id -> last GroupMetadata value appended
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[str, TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: dict[str, set[asyncio.Future[None]]] = {}
         self._seen: dict[str, tuple[str, int]] = {}
@@ -99,6 +105,26 @@ class ClassicGroupCoordinator:
             group.settings = self.settings()
         return group
 
+    # The group keeps its state timestamp on the monotonic clock, like its deadlines; the record
+    # holds wall time (Kafka's currentStateTimestamp), converted at the boundary.
+
+    def _wall_ms(self, monotonic_ms: int | None) -> int | None:
+        if monotonic_ms is None:
+            return None
+        return monotonic_ms + self.clock.wall_ms() - self.clock.monotonic_ms()
+
+    def _wall(self, snap: crec.GroupSnapshot) -> crec.GroupSnapshot:
+        if snap.state_timestamp_ms == -1:
+            return snap
+        return dataclasses.replace(snap, state_timestamp_ms=snap.state_timestamp_ms + self.clock.wall_ms()
+                                   - self.clock.monotonic_ms())
+
+    def _monotonic(self, snap: crec.GroupSnapshot) -> crec.GroupSnapshot:
+        if snap.state_timestamp_ms == -1:
+            return snap
+        return dataclasses.replace(snap, state_timestamp_ms=snap.state_timestamp_ms + self.clock.monotonic_ms()
+                                   - self.clock.wall_ms())
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def load(self) -> None:
@@ -113,7 +139,7 @@ class ClassicGroupCoordinator:
                 del self.offsets[group_id]
             elif self.directory.group_type(group_id) is None:
                 self.groups[group_id] = self._new_group(group_id)  # offsets without membership: a "simple" group
-        now = now_ms()
+        now = self.clock.monotonic_ms()
         for group in self.groups.values():
             group.settings = self.settings()
             group.loaded(now)
@@ -137,7 +163,7 @@ class ClassicGroupCoordinator:
             if value is None:
                 self._persisted.pop(group_id, None)
                 return
-            self.groups[group_id] = self._new_group(group_id, crec.decode_group_metadata_value(value))
+            self.groups[group_id] = self._new_group(group_id, self._monotonic(crec.decode_group_metadata_value(value)))
             self._persisted[group_id] = value
         except (ValueError, AssertionError, IndexError) as exc:
             log.warning("unreadable classic group record skipped", error=str(exc), key=key.hex()[:80])
@@ -213,8 +239,7 @@ class ClassicGroupCoordinator:
         deadline = group.next_deadline()
         if deadline is None:
             return
-        delay = max(0.0, (deadline - now_ms()) / 1000) + 0.001
-        self._timers[group.group_id] = asyncio.get_running_loop().call_later(delay, self._fire, group.group_id)
+        self._timers[group.group_id] = self.clock.call_at(deadline + 1, lambda: self._fire(group.group_id))
 
     def _fire(self, group_id: str) -> None:
         self._timers.pop(group_id, None)
@@ -222,7 +247,7 @@ class ClassicGroupCoordinator:
         if group is None:
             return
         try:
-            group.tick(now_ms())
+            group.tick(self.clock.monotonic_ms())
         except Exception:
             log.exception("classic group timer failed", group=group_id)
         self._after(group)
@@ -232,13 +257,13 @@ class ClassicGroupCoordinator:
             ok = True
             try:
                 if self.groups.get(group.group_id) is group:
-                    value = crec.group_metadata_value(write.snapshot)
+                    value = crec.group_metadata_value(self._wall(write.snapshot))
                     self._persisted[group.group_id] = value  # together with the append, for compaction
                     await self._append(group.group_id, [(crec.group_metadata_key(group.group_id), value)])
             except Exception as exc:  # noqa: BLE001 - a failed write is answered to the members, not raised
                 ok = False
                 log.error("classic group metadata write failed", group=group.group_id, error=str(exc))
-            group.write_done(write, ok, now_ms())
+            group.write_done(write, ok, self.clock.monotonic_ms())
             self._after(group)
 
     async def _append(self, group_id: str, records: list[Record]) -> None:
@@ -275,7 +300,8 @@ class ClassicGroupCoordinator:
             log.info("classic group created", group=group_id)
         waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.join(JoinRequest(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
-                               rebalance_timeout_ms, protocol_type, protocols, version), waiter, now_ms())
+                               rebalance_timeout_ms, protocol_type, protocols, version), waiter,
+                   self.clock.monotonic_ms())
         if created:
             group.writes.insert(0, MetadataWrite(group.snapshot()))
         self._after(group)
@@ -292,7 +318,7 @@ class ClassicGroupCoordinator:
         waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         group.sync(member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id,
                    protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments,
-                   waiter=waiter, now_ms=now_ms())
+                   waiter=waiter, now_ms=self.clock.monotonic_ms())
         self._after(group)
         return await waiter
 
@@ -304,7 +330,7 @@ class ClassicGroupCoordinator:
         if group is None:
             return ErrorCode.unknown_member_id
         code = group.heartbeat(member_id=member_id, group_instance_id=group_instance_id,
-                               generation_id=generation_id, now_ms=now_ms())
+                               generation_id=generation_id, now_ms=self.clock.monotonic_ms())
         self._after(group)
         return code
 
@@ -317,7 +343,7 @@ class ClassicGroupCoordinator:
             return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in identities]
         if group.state == DEAD:
             return ErrorCode.coordinator_not_available, []
-        results = group.leave(identities, now_ms())
+        results = group.leave(identities, self.clock.monotonic_ms())
         for member_id, _instance, code in results:
             if code == ErrorCode.none:
                 log.info("classic group member left", group=group_id, member=member_id)
@@ -344,12 +370,11 @@ class ClassicGroupCoordinator:
             for topic, partition, *_ in valid:
                 errors[(topic, partition)] = error or ErrorCode.unknown_server_error
             return errors
-        now = now_ms()
         staged: dict[tuple[str, int], crec.CommittedOffset] = {}
-        records = self._offset_records(group_id, valid, errors, now, staged)
+        records = self._offset_records(group_id, valid, errors, self.clock.wall_ms(), staged)
         if not records and group.is_simple() and not group.offsets:
             self._forget(group_id)  # nothing committed: the simple group was never there
-        group.offset_committed(member_id, now)
+        group.offset_committed(member_id, self.clock.monotonic_ms())
         self._after(group)
         try:
             await self._commit(group_id, records, staged)
@@ -406,7 +431,7 @@ class ClassicGroupCoordinator:
         Unknown partitions and oversized metadata are refused per partition."""
         valid, errors = self._existing(offsets)
         staged: dict[tuple[str, int], crec.CommittedOffset] = {}
-        records = self._offset_records(group_id, valid, errors, now_ms(), staged)
+        records = self._offset_records(group_id, valid, errors, self.clock.wall_ms(), staged)
         await self._commit(group_id, records, staged)
         return errors
 
@@ -434,7 +459,7 @@ class ClassicGroupCoordinator:
         if error is not None:
             return {**errors, **{(t, p): error for t, p, *_ in valid}}
         staged: dict[tuple[str, int], crec.CommittedOffset] = {}
-        records = self._offset_records(group_id, valid, errors, now_ms(), staged)
+        records = self._offset_records(group_id, valid, errors, self.clock.wall_ms(), staged)
         if records:
             await self.group_log.append(group_id, records, transaction=(producer_id, producer_epoch))
             self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(staged)
@@ -484,7 +509,7 @@ class ClassicGroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return []
-        group.mark_dead(now_ms(), ErrorCode.rebalance_in_progress)
+        group.mark_dead(self.clock.monotonic_ms(), ErrorCode.rebalance_in_progress)
         self._after(group)
         self._forget(group_id, keep_offsets=True)
         return [(crec.group_metadata_key(group_id), None)]
@@ -496,13 +521,14 @@ class ClassicGroupCoordinator:
         member id) in the protocol they vote for, and return its record for the caller to append
         in the same step; `rebalance` then starts the rebalance Kafka triggers (and `take_over`
         removes it again if the append fails)."""
-        now = now_ms()
+        now = self.clock.monotonic_ms()
         group = ClassicGroup.stable(group_id, self.settings(), generation, members, now)
         for m in group.members.values():
             m.assignment = encode_assignment(assigned.get(m.member_id, ()),
                                              assignment_version(m.metadata(group.protocol_name)))
         group.offsets = self._offsets_of(group_id)
-        value = crec.group_metadata_value(group.snapshot({m.member_id: m.assignment for m in group.members.values()}))
+        value = crec.group_metadata_value(self._wall(group.snapshot({m.member_id: m.assignment
+                                                                     for m in group.members.values()})))
         self.groups[group_id] = group
         self._persisted[group_id] = value
         group.loaded(now)
@@ -512,7 +538,7 @@ class ClassicGroupCoordinator:
     def rebalance(self, group_id: str) -> None:
         group = self._group(group_id)
         if group is not None:
-            group.rebalance(now_ms())
+            group.rebalance(self.clock.monotonic_ms())
             self._after(group)
 
     def _group_for_commit(self, group_id: str, generation_id: int,
@@ -623,7 +649,7 @@ class ClassicGroupCoordinator:
         records: list[Record] = [(crec.offset_commit_key(group_id, t, p), None) for t, p in group.offsets]
         records.append((crec.group_metadata_key(group_id), None))
         group.offsets.clear()
-        group.mark_dead(now_ms())
+        group.mark_dead(self.clock.monotonic_ms())
         self._after(group)
         self._forget(group_id)
         log.info("classic group deleted", group=group_id)
@@ -658,7 +684,7 @@ class ClassicGroupCoordinator:
         while True:
             await asyncio.sleep(self.config["offsets.retention.check.interval.ms"] / 1000)
             try:
-                await self.expire_offsets(now_ms())
+                await self.expire_offsets(self.clock.wall_ms())
             except Exception:
                 log.exception("classic offsets expiry failed")
 
@@ -668,13 +694,13 @@ class ClassicGroupCoordinator:
         to (counted from the commit) expire; empty groups left without offsets are deleted. Then the
         other kinds of group that keep offsets here (`retention_hooks`) run theirs."""
         for group_id, group in list(self.groups.items()):
-            base_of = _expiry_base(group)
+            base_of = _expiry_base(group, self._wall_ms(group.state_timestamp_ms))
             records: list[Record] = []
             if base_of is not None:
                 records, _ = self.expire_unsubscribed(group_id, group.is_subscribed_to, base_of, now)
             if group.state == EMPTY and not group.offsets and not group.pending_members:
                 records.append((crec.group_metadata_key(group_id), None))
-                group.mark_dead(now)
+                group.mark_dead(self.clock.monotonic_ms())
                 self._after(group)
                 self._forget(group_id)
                 log.info("classic group expired", group=group_id)
@@ -704,11 +730,11 @@ class ClassicGroupCoordinator:
         return records, not committed and not pending
 
 
-def _expiry_base(group: ClassicGroup) -> Callable[[crec.CommittedOffset], int] | None:
+def _expiry_base(group: ClassicGroup, became_empty: int | None) -> Callable[[crec.CommittedOffset], int] | None:
+    """What an offset's age counts from (wall time): `became_empty` is the group's state timestamp."""
     if group.protocol_type is None:
         return lambda c: c.commit_timestamp_ms
     if group.state == EMPTY:
-        became_empty = group.state_timestamp_ms
         return lambda c: became_empty if became_empty is not None else c.commit_timestamp_ms
     if group.protocol_type == "consumer" and group.subscribed_topics is not None and group.state == STABLE:
         return lambda c: c.commit_timestamp_ms
