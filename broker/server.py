@@ -318,11 +318,14 @@ class Broker:
                 mapping[name] = None
             else:
                 raise ConfigError(name, f"Config operation {op} is not supported for broker config {name}")
-        cfg.alter_many(mapping, per_broker=per_broker, validate_only=validate_only)
+        # Plan on a copy, persist, then apply: a failed write (a full disk) changes nothing.
+        planned = cfg.copy()
+        planned.alter_many(mapping, per_broker=per_broker, validate_only=validate_only)
         if validate_only:
             return
         self.topics.store.set_dynamic_broker_configs(
-            {"cluster": cfg.dynamic_values(False), "broker": cfg.dynamic_values(True)})
+            {"cluster": planned.dynamic_values(False), "broker": planned.dynamic_values(True)})
+        cfg.alter_many(mapping, per_broker=per_broker)
         self.topics.refresh_config()
         self.share_groups.invalidate_configs()
 
