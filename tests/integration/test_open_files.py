@@ -25,16 +25,6 @@ pytestmark = pytest.mark.needs_own_broker("sets the open-file limit of brokers o
 KAFKA_STORAGE_ERROR = 56
 
 
-def create_topics(client: rk.RawClient, *topics: tuple[str, int]) -> list[Any]:
-    """Raw CreateTopics v7 (a client library would retry or hide per-topic errors)."""
-    create = rk.req_cls(19, 7)
-    topic = rk._nested(create, "topics")
-    resp = client.request(create(topics=tuple(topic(name=name, num_partitions=n, replication_factor=1, assignments=(),
-                                                    configs=()) for name, n in topics),
-                                 timeout=datetime.timedelta(seconds=10), validate_only=False), timeout=30)
-    return list(resp.topics)
-
-
 def log_events(broker: BrokerProcess, event: str) -> list[dict[str, Any]]:
     lines = []
     for line in broker.log_text().splitlines():
@@ -53,7 +43,7 @@ def test_the_soft_limit_is_raised_to_the_hard_one_at_start(tmp_path: Path) -> No
     try:
         # 200 partitions keep 600 files open: more than the soft limit the broker was given
         with rk.RawClient(broker.bootstrap) as client:
-            (result,) = create_topics(client, ("wide", 200))
+            (result,) = rk.create_topics(client, ("wide", 200))
         assert (int(result.error_code), result.error_message) == (0, None)
         (line,) = log_events(broker, "open file limit")
         assert (line["soft_before"], line["soft"], line["hard"]) == (256, 4096, 4096)
@@ -108,13 +98,13 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
     try:
         producer = Producer(producer_conf(broker.bootstrap))
         with rk.RawClient(broker.bootstrap, timeout=30) as admin:
-            assert int(create_topics(admin, ("kept", 1))[0].error_code) == 0
+            assert int(rk.create_topics(admin, ("kept", 1))[0].error_code) == 0
             produce_sync(producer, "kept", [{"value": b"before"}])
 
             created: list[str] = []
             while True:  # one partition (three files) per topic until one does not fit
                 name = f"t{len(created)}"
-                (result,) = create_topics(admin, (name, 1))
+                (result,) = rk.create_topics(admin, (name, 1))
                 if int(result.error_code):
                     break
                 created.append(name)
@@ -140,7 +130,7 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
                 client = rk.RawClient(broker.bootstrap, timeout=10)
                 clients.append(client)
                 client.request(rk.api_versions_request())
-            (result,) = create_topics(admin, (failed, 1))
+            (result,) = rk.create_topics(admin, (failed, 1))
             assert int(result.error_code) == KAFKA_STORAGE_ERROR and "Too many open files" in result.error_message
             assert not (data / f"{failed}-0").exists()
             assert failed not in metadata_topics(admin)
@@ -154,7 +144,7 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
             resp = admin.request(delete(topics=tuple(dtopic(name=n, topic_id=None) for n in created[:10]),
                                         timeout=datetime.timedelta(seconds=10)))
             assert [int(r.error_code) for r in resp.responses] == [0] * 10
-            (result,) = create_topics(admin, (failed, 1))
+            (result,) = rk.create_topics(admin, (failed, 1))
             assert (int(result.error_code), result.error_message) == (0, None)
         producer.flush(5)
         del producer
@@ -180,7 +170,7 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
         broker.start()
         with rk.RawClient(broker.bootstrap) as client:
             assert kept <= metadata_topics(client)
-            (result,) = create_topics(client, ("after-restart", 5))
+            (result,) = rk.create_topics(client, ("after-restart", 5))
             assert int(result.error_code) == 0
         assert [m.value() for m in consume_from_beginning(broker.bootstrap, "kept", 2)] == [b"before", b"at the limit"]
     finally:
