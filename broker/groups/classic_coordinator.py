@@ -239,7 +239,10 @@ class ClassicGroupCoordinator:
         deadline = group.next_deadline()
         if deadline is None:
             return
-        self._timers[group.group_id] = self.clock.call_at(deadline + 1, lambda: self._fire(group.group_id))
+        # A millisecond past the deadline, and never sooner than one from now: a zero-delay join
+        # timer still lets JoinGroups already on their way in join the same generation.
+        due = max(deadline, self.clock.monotonic_ms()) + 1
+        self._timers[group.group_id] = self.clock.call_at(due, lambda: self._fire(group.group_id))
 
     def _fire(self, group_id: str) -> None:
         self._timers.pop(group_id, None)
