@@ -261,8 +261,9 @@ class ClassicGroupCoordinator:
             try:
                 if self.groups.get(group.group_id) is group:
                     value = crec.group_metadata_value(self._wall(write.snapshot))
-                    self._persisted[group.group_id] = value  # together with the append, for compaction
                     await self._append(group.group_id, [(crec.group_metadata_key(group.group_id), value)])
+                    if self.groups.get(group.group_id) is group:  # not deleted meanwhile
+                        self._persisted[group.group_id] = value  # compaction restates what the log holds
             except Exception as exc:  # noqa: BLE001 - a failed write is answered to the members, not raised
                 ok = False
                 log.error("classic group metadata write failed", group=group.group_id, error=str(exc))

@@ -99,3 +99,27 @@ async def test_a_compaction_during_an_in_flight_commit_restates_the_commit(tmp_p
         assert await fetched(b, "g") == 9
     async with running_broker(tmp_path) as b2:
         assert await fetched(b2, "g") == 9
+
+
+async def test_a_group_metadata_write_that_fails_is_not_restated_by_compaction(tmp_path: Path) -> None:
+    from sharebroker.broker.groups import classic_records as crec
+    from tests.unit.test_classic_group_coordinator import SETTINGS, _stable_member
+
+    async with running_broker(tmp_path, SETTINGS) as b:
+        b.topics.create("t", 1, {}, now_ms())
+        cg = b.classic_groups
+        member = await _stable_member(b, "g")  # generation 1, persisted
+        partition = offsets_partition(b, "g")
+        real = partition.log
+        partition.log = FullDisk(real)
+        cg.rebalance("g")
+        kw = {"group_id": "g", "group_instance_id": None, "client_id": "c", "client_host": "/127.0.0.1",
+              "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "protocol_type": "consumer",
+              "protocols": (("range", b"meta"),), "version": 5}
+        joined = await cg.join(member_id=member, **kw)
+        assert joined.generation_id == 2
+        synced = await cg.sync(group_id="g", member_id=member, group_instance_id=None, generation_id=2,
+                               protocol_type="consumer", protocol_name="range", assignments={member: b"B"})
+        assert synced.error != ErrorCode.none  # the assignment was not persisted
+        partition.log = real
+        assert crec.decode_group_metadata_value(cg._persisted["g"]).generation == 1
