@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 from sharebroker.testing import BrokerProcess, wait_for
 from tests.integration import rawkafka as rk
-from tests.integration.clients import consume_from_beginning, produce_sync, producer_conf
+from tests.integration.clients import consume_from_beginning, create_topic, produce_sync, producer_conf
 
 pytestmark = pytest.mark.needs_own_broker("sets the open-file limit of brokers of its own")
 
@@ -130,6 +130,7 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
                 client = rk.RawClient(broker.bootstrap, timeout=10)
                 clients.append(client)
                 client.request(rk.api_versions_request())
+                assert len(clients) < 256, "the broker never ran out of descriptors"
             (result,) = rk.create_topics(admin, (failed, 1))
             assert int(result.error_code) == KAFKA_STORAGE_ERROR and "Too many open files" in result.error_message
             assert not (data / f"{failed}-0").exists()
@@ -176,4 +177,36 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
     finally:
         for client in clients:
             client.close()
+        broker.kill()
+
+
+def test_a_segment_roll_at_the_limit_is_answered_and_done_once_descriptors_free(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", open_files=(128, 128))
+    broker.start()
+    clients: list[rk.RawClient] = []
+    try:
+        create_topic(broker.bootstrap, "rolling", 1, {"segment.bytes": str(1 << 20)})
+        with rk.RawClient(broker.bootstrap, timeout=30) as client:
+            def produce(value: bytes) -> Any:
+                return rk.produce(client, "rolling", 0, rk.encode_batch([rk.Rec(value=value)]))
+
+            assert int(produce(b"a" * 700_000).error_code) == 0
+            while not log_events(broker, PAUSED):  # connections take every descriptor left
+                other = rk.RawClient(broker.bootstrap, timeout=10)
+                clients.append(other)
+                other.request(rk.api_versions_request())
+                assert len(clients) < 128, "the broker never ran out of descriptors"
+            # The next batch does not fit the segment: the new one cannot be opened.
+            refused = produce(b"b" * 700_000)
+            assert int(refused.error_code) == KAFKA_STORAGE_ERROR
+            assert "Too many open files" in refused.error_message, refused.error_message
+            for other in clients[:4]:
+                other.close()
+            wait_for(lambda: int(produce(b"b" * 700_000).error_code) == 0, message="the roll once descriptors freed")
+            values = [r.value[:1] for r in rk.records_of(rk.fetch_all_batches(client, "rolling", 0))]
+            assert values == [b"a", b"b"]
+        assert broker.alive()
+    finally:
+        for other in clients:
+            other.close()
         broker.kill()
