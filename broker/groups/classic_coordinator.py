@@ -270,13 +270,14 @@ class ClassicGroupCoordinator:
             group.write_done(write, ok, self.clock.monotonic_ms())
             self._after(group)
 
-    async def _append(self, group_id: str, records: list[Record]) -> None:
-        """Append and wait for the flush policy; OffsetFetch with RequireStable waits for these."""
+    async def _append(self, group_id: str, records: list[Record]) -> int:
+        """Append and wait for the flush policy; returns the first record's offset. OffsetFetch
+        with RequireStable waits for these."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         pending = self._inflight.setdefault(group_id, set())
         pending.add(done)
         try:
-            await self.group_log.append(group_id, records)
+            return await self.group_log.append(group_id, records)
         finally:
             done.set_result(None)
             pending.discard(done)
@@ -391,16 +392,17 @@ class ClassicGroupCoordinator:
     async def _commit(self, group_id: str, records: list[Record],
                       staged: dict[tuple[str, int], crec.CommittedOffset]) -> None:
         """Append offset commits, then apply them: a failed append (raised) changes nothing. An
-        offset that changed while the append was in flight (deleted, or committed again by a
-        later append) keeps what the later change made, which is what the log replays to."""
+        offset that changed while the append was in flight keeps what the log replays to: a commit
+        whose record is later, or a deletion."""
         if not records:
             return
         before = {key: self.offsets.get(group_id, {}).get(key) for key in staged}
-        await self._append(group_id, records)
+        first = await self._append(group_id, records)
         store = self._offsets_of(group_id)
         for key, committed in staged.items():
-            if store.get(key) is before[key]:
-                store[key] = committed
+            current = store.get(key)
+            if current is before[key] or (current is not None and current.log_offset < first + committed.log_offset):
+                store[key] = dataclasses.replace(committed, log_offset=first + committed.log_offset)
 
     def _existing(self, offsets: list[OffsetToCommit]) -> tuple[list[OffsetToCommit], dict[tuple[str, int], ErrorCode]]:
         """The offsets of partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others."""
@@ -423,7 +425,8 @@ class ClassicGroupCoordinator:
             if metadata is not None and len(metadata) > max_metadata:
                 errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
                 continue
-            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now)
+            # log_offset: the record's place in this append, until the append gives its offset
+            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now, log_offset=len(records))
             store[(topic, partition)] = committed
             records.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
             errors[(topic, partition)] = ErrorCode.none
@@ -465,8 +468,9 @@ class ClassicGroupCoordinator:
         staged: dict[tuple[str, int], crec.CommittedOffset] = {}
         records = self._offset_records(group_id, valid, errors, self.clock.wall_ms(), staged)
         if records:
-            await self.group_log.append(group_id, records, transaction=(producer_id, producer_epoch))
-            self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(staged)
+            first = await self.group_log.append(group_id, records, transaction=(producer_id, producer_epoch))
+            self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(
+                {key: dataclasses.replace(c, log_offset=first + c.log_offset) for key, c in staged.items()})
         return errors
 
     def transaction_completed(self, partition: Partition, producer_id: int, commit: bool) -> None:

@@ -63,18 +63,18 @@ class GroupLog:
     def partition_of(self, group_id: str) -> int:
         return offsets_partition(group_id, self.num_partitions)
 
-    async def append(self, group_id: str, records: list[Record], *, transaction: tuple[int, int] | None = None) -> None:
+    async def append(self, group_id: str, records: list[Record], *, transaction: tuple[int, int] | None = None) -> int:
         """Append one group's records (as a transactional batch of (producer id, epoch) if given);
-        returns once the flush policy is met."""
+        returns the offset of the first once the flush policy is met (-1 for no records)."""
         if not records:
-            return
+            return -1
         partition = self._topic().partitions[self.partition_of(group_id)]
         index = partition.index
         while (compaction := self._compacting.get(index)) is not None:
             await asyncio.shield(compaction)
         self._appending[index] = self._appending.get(index, 0) + 1
         try:
-            await self.internal.append(partition, records, transaction=transaction)
+            first = await self.internal.append(partition, records, transaction=transaction)
             self._since_compaction[index] = self._since_compaction.get(index, 0) + len(records)
         finally:
             # The caller applies the change when this returns, before any other task runs: a
@@ -87,6 +87,7 @@ class GroupLog:
                 drained = self._drained.pop(index, None)
                 if drained is not None and not drained.done():
                     drained.set_result(None)
+        return first
 
     def replay(self, handlers: dict[int, Callable[[bytes, bytes | None], None]], *,
                open_transactions: OpenTxnHandler | None = None) -> int:

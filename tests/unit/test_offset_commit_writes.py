@@ -123,3 +123,14 @@ async def test_a_group_metadata_write_that_fails_is_not_restated_by_compaction(t
         assert synced.error != ErrorCode.none  # the assignment was not persisted
         partition.log = real
         assert crec.decode_group_metadata_value(cg._persisted["g"]).generation == 1
+
+
+async def test_concurrent_commits_of_one_partition_keep_the_later_record(tmp_path: Path) -> None:
+    # Both appends wait for one fsync and are applied after it: memory ends where a replay does.
+    async with running_broker(tmp_path, {"log.flush.interval.messages": "1"}) as b:
+        b.topics.create("t", 1, {}, now_ms())
+        await commit(b, "g", 1)
+        await asyncio.gather(commit(b, "g", 5), commit(b, "g", 9))
+        assert await fetched(b, "g") == 9
+    async with running_broker(tmp_path) as b2:
+        assert await fetched(b2, "g") == 9
