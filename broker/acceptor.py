@@ -116,9 +116,9 @@ class Acceptor:
         self._unwatch()
         if self._paused_since is None:
             self._paused_since = time.monotonic()
-            log.warning("accepting paused: out of file descriptors", listener=self.name,
+            log.warning("accepting paused", listener=self.name,
                         error=exc.strerror or str(exc),
-                        detail="new connections wait in the listen backlog until a descriptor is freed")
+                        detail="new connections wait in the listen backlog until one can be accepted again")
         else:
             self._retry_s = min(self._retry_s * 2, _RETRY_MAX_S)
         # Descriptors this broker does not track (a client library's, a finished write's) free
