@@ -122,19 +122,19 @@ class Broker:
         self._dir_lock.acquire()  # before any other file of the directory is touched
         try:
             notes = self.topics.open(now_ms())
+            for note in notes:
+                log.warning("log recovery", detail=note)
+            self.share_persister.load()
+            self.share_groups.load()
+            self.consumer_groups.load()  # before classic: a consumer group's offsets make no simple group
+            self.classic_groups.load()
+            self.transactions.load()
         except BaseException:
             # Out of descriptors half-way, typically: give them back so the caller can say what the
             # data directory needs (and so nothing of a failed start stays open in-process).
             self.topics.logs.close_files()
             self._dir_lock.release()
             raise
-        for note in notes:
-            log.warning("log recovery", detail=note)
-        self.share_persister.load()
-        self.share_groups.load()
-        self.consumer_groups.load()  # before classic: a consumer group's offsets make no simple group
-        self.classic_groups.load()
-        self.transactions.load()
         self.flusher = Flusher()
         self.flusher.start()
         self.share_groups.start()
@@ -146,7 +146,14 @@ class Broker:
         if notes:  # recovery rewrote files: make the repaired state durable before serving
             for p in self.topics.all_partitions():
                 self.flusher.request(p.log)
-        await self._listen()
+        try:
+            await self._listen()
+        except BaseException:
+            try:  # nothing was served: a clean stop, which also gives the descriptors back
+                await self.stop()
+            except Exception:
+                log.exception("stopping after a failed start failed")
+            raise
         self._start_timers()
         startup_ms = (time.perf_counter() - t0) * 1000
         first = self.config.listeners[0].name
