@@ -1,7 +1,9 @@
-"""Offset commits are planned, appended, then applied (DESIGN principle 2): a commit whose
-__consumer_offsets append fails (a full disk) changes nothing a client can fetch, and a compaction
-that runs while a commit's append is in flight restates the commit rather than dropping it.
-In-process Broker on a temp dir; the full disk is the partition's log refusing appends."""
+"""Coordinator writes are planned, appended, then applied (DESIGN principle 2): an offset commit
+or group metadata write whose __consumer_offsets append fails (a full disk) changes nothing a
+client can fetch or a compaction restates, a compaction during a commit's append restates the
+commit, concurrent commits end as a replay would, and a share-state write the disk refuses is
+answered as Kafka's share coordinator answers it. In-process Broker on a temp dir; the full disk
+is the partition's log refusing appends."""
 
 from __future__ import annotations
 
@@ -134,3 +136,22 @@ async def test_concurrent_commits_of_one_partition_keep_the_later_record(tmp_pat
         assert await fetched(b, "g") == 9
     async with running_broker(tmp_path) as b2:
         assert await fetched(b2, "g") == 9
+
+
+async def test_a_share_state_write_the_disk_refuses_answers_not_coordinator_and_changes_nothing(tmp_path: Path) -> None:
+    # Kafka's share coordinator answers a storage error NOT_COORDINATOR; the share-partition
+    # leader then tells its client COORDINATOR_NOT_AVAILABLE (retriable), not UNKNOWN_SERVER_ERROR.
+    async with running_broker(tmp_path) as b:
+        topic = b.topics.create("t", 2, {}, now_ms())
+        persister = b.share_persister
+        await persister.initialize("g", topic.topic_id, 0, 0, 0)  # creates __share_group_state
+        partition = b.topics.get("__share_group_state").partitions[persister._partition_for(("g", topic.topic_id, 1))]
+        real = partition.log
+        partition.log = FullDisk(real)
+        with pytest.raises(KafkaError) as err:
+            await persister.initialize("g", topic.topic_id, 1, 0, 0)
+        assert err.value.code == ErrorCode.not_coordinator
+        partition.log = real
+        assert ("g", topic.topic_id, 1) not in persister.store.states
+        await persister.initialize("g", topic.topic_id, 1, 0, 0)
+        assert ("g", topic.topic_id, 1) in persister.store.states
