@@ -4,7 +4,8 @@ log and flush policy, and reading every record back at start-up.
 
 A write the disk refuses (a full disk, a failed fsync) raises KafkaError(NOT_COORDINATOR), the code
 Kafka's coordinators answer for a storage error: the request that caused it is answered with it,
-and the client looks the coordinator up again and retries instead of losing its connection."""
+and the client looks the coordinator up again and retries instead of losing its connection. A topic
+that cannot be created answers COORDINATOR_NOT_AVAILABLE."""
 
 from __future__ import annotations
 
@@ -63,10 +64,15 @@ class InternalTopics:
     def ensure(self, name: str, partitions: int, segment_bytes: int) -> Topic:
         topic = self._topics.get(name)
         if topic is None:
-            # Pruned by the coordinators themselves (log start offset), never by time or size.
-            topic = self._topics.create(name, partitions, {
-                "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
-                "segment.bytes": str(segment_bytes)}, now_ms())
+            try:
+                # Pruned by the coordinators themselves (log start offset), never by time or size.
+                topic = self._topics.create(name, partitions, {
+                    "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                    "segment.bytes": str(segment_bytes)}, now_ms())
+            except KafkaError as exc:
+                # Out of descriptors or space: nothing was created; as Kafka's FindCoordinator while
+                # its topic cannot be created, the client is told to retry.
+                raise KafkaError(ErrorCode.coordinator_not_available, exc.message) from exc
         return topic
 
     async def append(self, partition: Partition, records: list[tuple[bytes, bytes | None]], *,

@@ -196,10 +196,6 @@ def save_snapshot(partition_dir: Path, producers: PartitionProducers, offset: in
     except OSError as exc:
         log.warning("producer state snapshot not written", path=str(path), offset=offset,
                     error=f"{type(exc).__name__}: {exc}")
-        try:
-            path.with_name(path.name + ".tmp").unlink()
-        except OSError:
-            pass
         return False
     return True
 

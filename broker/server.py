@@ -4,14 +4,17 @@ timers (retention, time-based flush, producer-id expiry)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import signal
+import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from sharebroker.broker.acceptor import Acceptor, bind
 from sharebroker.broker.connection import Connection
 from sharebroker.broker.fetch_sessions import FetchSessionCache
 from sharebroker.broker.flusher import Flusher, now_ms
@@ -23,7 +26,8 @@ from sharebroker.broker.groups.directory import GroupType
 from sharebroker.broker.groups.group_log import GroupLog
 from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.memory import trim_heap, tune_allocator
-from sharebroker.broker.clock import LoopClock
+from sharebroker.broker.open_files import raise_limit
+from sharebroker.broker.clock import Clock, LoopClock
 from sharebroker.storage.files import LogDirLock
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
@@ -39,11 +43,12 @@ _MAX = 2**63 - 1
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, ready_file: Path | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, ready_file: Path | None = None, clock: Clock | None = None) -> None:
         self.config = config
         self.node_id: int = config.node_id
         self.log_dir: Path = config.log_dir
-        self.clock = LoopClock()  # deadlines on the monotonic clock, timers on the loop
+        # Deadlines on the monotonic clock, timers on the loop (tests pass a manual clock).
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self._dir_lock = LogDirLock(self.log_dir)
         self.topics = Topics(config, self.log_dir)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])  # KIP-227
@@ -54,7 +59,7 @@ class Broker:
         self.group_log = GroupLog(internal, num_partitions=config["offsets.topic.num.partitions"])
         self.share_groups = ShareGroupCoordinator(config, self.log_dir, self.clock, self.topics, self.group_log,
                                                   self.share_persister, groups=self)
-        self.classic_groups = ClassicGroupCoordinator(config, self.topics, self.group_log, groups=self)
+        self.classic_groups = ClassicGroupCoordinator(config, self.clock, self.topics, self.group_log, groups=self)
         self.consumer_groups = ConsumerGroupCoordinator(config, self.clock, self.topics, self.group_log, groups=self,
                                                         group_configs=self.share_groups.config,
                                                         classic=self.classic_groups)
@@ -67,7 +72,7 @@ class Broker:
         self.features_epoch = 0
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
-        self._servers: list[asyncio.base_events.Server] = []
+        self._acceptors: list[Acceptor] = []
         self._bound: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
         self._endpoints: dict[str, tuple[str, int]] = {}  # listener name -> advertised (host, port)
         self._connections: set[asyncio.Task[None]] = set()
@@ -115,14 +120,21 @@ class Broker:
         t0 = time.perf_counter()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock.acquire()  # before any other file of the directory is touched
-        notes = self.topics.open(now_ms())
-        for note in notes:
-            log.warning("log recovery", detail=note)
-        self.share_persister.load()
-        self.share_groups.load()
-        self.consumer_groups.load()  # before classic: a consumer group's offsets make no simple group
-        self.classic_groups.load()
-        self.transactions.load()
+        try:
+            notes = self.topics.open(now_ms())
+            for note in notes:
+                log.warning("log recovery", detail=note)
+            self.share_persister.load()
+            self.share_groups.load()
+            self.consumer_groups.load()  # before classic: a consumer group's offsets make no simple group
+            self.classic_groups.load()
+            self.transactions.load()
+        except BaseException:
+            # Out of descriptors half-way, typically: give them back so the caller can say what the
+            # data directory needs (and so nothing of a failed start stays open in-process).
+            self.topics.logs.close_files()
+            self._dir_lock.release()
+            raise
         self.flusher = Flusher()
         self.flusher.start()
         self.share_groups.start()
@@ -134,7 +146,14 @@ class Broker:
         if notes:  # recovery rewrote files: make the repaired state durable before serving
             for p in self.topics.all_partitions():
                 self.flusher.request(p.log)
-        await self._listen()
+        try:
+            await self._listen()
+        except BaseException:
+            try:  # nothing was served: a clean stop, which also gives the descriptors back
+                await self.stop()
+            except Exception:
+                log.exception("stopping after a failed start failed")
+            raise
         self._start_timers()
         startup_ms = (time.perf_counter() - t0) * 1000
         first = self.config.listeners[0].name
@@ -158,13 +177,31 @@ class Broker:
         for listener in self.config.listeners:
             def protocol(name: str = listener.name) -> FrameProtocol:
                 return FrameProtocol(max_frame, lambda frames: self._accept(frames, name), self._request_memory)
-            server = await loop.create_server(protocol, host=listener.host or None, port=listener.port, reuse_address=True)
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
+
+            def connected(sock: socket.socket, protocol: Callable[[], FrameProtocol] = protocol) -> None:
+                task = loop.create_task(loop.connect_accepted_socket(protocol, sock))
+                task.add_done_callback(functools.partial(self._connect_failed, sock=sock))
+
+            acceptor = Acceptor(listener.name, bind(listener.host or None, listener.port), connected)
+            self._acceptors.append(acceptor)
+            port = acceptor.sockets[0].getsockname()[1]
             self._bound[listener.name] = (listener.host, port)
             adv = advertised.get(listener.name, listener)
             self._endpoints[listener.name] = (adv.host or listener.host or "127.0.0.1", adv.port or port)
+        for acceptor in self._acceptors:
+            acceptor.start()
         self.port = self._bound[self.config.listeners[0].name][1]
+
+    def _connect_failed(self, task: asyncio.Task[Any], *, sock: socket.socket) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        log.warning("accepted connection could not be set up", error=str(task.exception()))
+        sock.close()
+
+    def descriptors_freed(self) -> None:
+        """Something gave file descriptors back: listeners paused at the limit accept again."""
+        for acceptor in self._acceptors:
+            acceptor.resume()
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         """The advertised (host, port) of a listener, as this broker describes itself to a client on it."""
@@ -190,6 +227,7 @@ class Broker:
             pass
         finally:
             self._open.pop(conn, None)
+            self.descriptors_freed()
             self._closed_since_trim += 1
             if self._closed_since_trim == 64:  # many went: give their freed buffers back soon
                 asyncio.get_running_loop().call_later(1.0, self._trim)
@@ -219,8 +257,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker stopping")
-        for server in self._servers:
-            server.close()
+        for acceptor in self._acceptors:
+            acceptor.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
@@ -248,6 +286,7 @@ class Broker:
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
         await self.classic_groups.topic_deleted(name)
         await self.consumer_groups.topic_deleted()
+        self.descriptors_freed()  # its segments' files are closed
 
     def group_type(self, group_id: str) -> GroupType | None:
         """Which kind of group owns this id ("share", "classic"), or None if no group has it."""
@@ -286,11 +325,14 @@ class Broker:
                 mapping[name] = None
             else:
                 raise ConfigError(name, f"Config operation {op} is not supported for broker config {name}")
-        cfg.alter_many(mapping, per_broker=per_broker, validate_only=validate_only)
+        # Plan on a copy, persist, then apply: a failed write (a full disk) changes nothing.
+        planned = cfg.copy()
+        planned.alter_many(mapping, per_broker=per_broker, validate_only=validate_only)
         if validate_only:
             return
         self.topics.store.set_dynamic_broker_configs(
-            {"cluster": cfg.dynamic_values(False), "broker": cfg.dynamic_values(True)})
+            {"cluster": planned.dynamic_values(False), "broker": planned.dynamic_values(True)})
+        cfg.alter_many(mapping, per_broker=per_broker)
         self.topics.refresh_config()
         self.share_groups.invalidate_configs()
 
@@ -368,6 +410,11 @@ async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
     # multi-line "Task exception was never retrieved".
     install_loop_exception_handler(asyncio.get_running_loop())
     tune_allocator()
+    limits = raise_limit()
+    if limits is not None:
+        # Every partition keeps three files open: a shell's default soft limit (1024; 256 on
+        # macOS) runs out after a few hundred partitions, well before the hard limit does.
+        log.info("open file limit", soft_before=limits[0], soft=limits[1], hard=limits[2])
     broker = Broker(config, ready_file=ready_file)
     await broker.start()
     # What start-up made (modules, kio's schema classes, loaded state) lives as long as the

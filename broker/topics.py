@@ -14,7 +14,10 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.producers import PartitionProducers, load_producers, save_snapshot
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config import BrokerConfig, ConfigError, TopicConfig, topic_config
+from sharebroker.broker.open_files import FILES_PER_PARTITION, check_room
 from sharebroker.storage import LogConfig, LogManager, PartitionLog, TopicStore
+from sharebroker.storage.topics import random_kafka_uuid
+from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.topics")
 
@@ -158,34 +161,75 @@ class Topics:
         return None
 
     def create(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> Topic:
+        """Create a topic: its partition logs first, then the metadata write that commits it. A
+        failure (out of descriptors or space) removes the logs made so far, so nothing of the topic
+        is left on disk or in memory and the name can be used again; KafkaError(KAFKA_STORAGE_ERROR)."""
         config = topic_config(self._config, overrides)  # invalid settings fail before anything is stored
-        meta = self.store.create_topic(name, partitions, overrides)
-        topic = Topic(name, _as_uuid(meta.topic_id), dict(overrides), config)
-        lc = log_config(topic.config)
-        for i in range(partitions):
-            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms,
-                                                                         topic_id=topic.topic_id)))
+        topic_id = random_kafka_uuid()
+        while topic_id in self.by_id or topic_id in self.store.by_id:
+            topic_id = random_kafka_uuid()
+        topic = Topic(name, topic_id, dict(overrides), config)
+        topic.partitions = self._create_logs(topic, 0, partitions, now_ms)
+        try:
+            self.store.create_topic(name, partitions, overrides, topic_id=topic_id)
+        except OSError as exc:
+            self._discard_logs(topic.partitions)
+            raise _storage_error(f"Error while writing the metadata of topic {name} to {self.store.path}", exc) from exc
         self._index(topic)
         log.info("topic created", topic=name, partitions=partitions, topic_id=str(topic.topic_id), configs=overrides)
         return topic
 
+    def _create_logs(self, topic: Topic, start: int, end: int, now_ms: int) -> list[Partition]:
+        """Partitions [start, end) of `topic` with fresh logs, or none of them (KafkaError)."""
+        created: list[Partition] = []
+        try:
+            check_room((end - start) * FILES_PER_PARTITION, f"creating {end - start} partition(s) of topic {topic.name}")
+            lc = log_config(topic.config)
+            for i in range(start, end):
+                created.append(Partition(topic, i, self.logs.create(topic.name, i, lc, now_ms=now_ms,
+                                                                    topic_id=topic.topic_id)))
+        except OSError as exc:
+            self._discard_logs(created)
+            raise _storage_error(f"Error while creating log for {topic.name}-{start + len(created)} in dir "
+                                 f"{self.log_dir}", exc) from exc
+        return created
+
+    def _discard_logs(self, partitions: list[Partition]) -> None:
+        for p in partitions:
+            try:
+                self.logs.discard(p.topic.name, p.index)
+            except OSError as exc:  # the first error is the one the client hears; this one is logged
+                log.warning("could not remove a partition of a failed topic change", topic=p.topic.name,
+                            partition=p.index, error=exc.strerror or str(exc))
+
     def delete(self, name: str) -> Topic:
-        topic = self.by_name.pop(name)
+        topic = self.by_name[name]
+        try:
+            self.store.delete_topic(name)  # durable first: a failed write leaves the topic as it was
+        except OSError as exc:
+            raise _storage_error(f"Error while writing the metadata of topic {name} to {self.store.path}", exc) from exc
+        del self.by_name[name]
         self.by_id.pop(topic.topic_id, None)
-        self.store.delete_topic(name)
         for p in topic.partitions:
             p.notify_append()
-            self.logs.delete(name, p.index)
+            try:
+                self.logs.delete(name, p.index)
+            except OSError as exc:  # the topic is gone; a stale directory is replaced if the name returns
+                log.warning("could not remove a deleted partition's directory", topic=name, partition=p.index,
+                            error=exc.strerror or str(exc))
         log.info("topic deleted", topic=name, topic_id=str(topic.topic_id))
         return topic
 
     def add_partitions(self, name: str, total: int, now_ms: int) -> None:
+        """CreatePartitions, as `create`: the new logs, then the metadata write, or neither."""
         topic = self.by_name[name]
-        self.store.set_partitions(name, total)
-        lc = log_config(topic.config)
-        for i in range(len(topic.partitions), total):
-            topic.partitions.append(Partition(topic, i, self.logs.create(name, i, lc, now_ms=now_ms,
-                                                                         topic_id=topic.topic_id)))
+        added = self._create_logs(topic, len(topic.partitions), total, now_ms)
+        try:
+            self.store.set_partitions(name, total)
+        except OSError as exc:
+            self._discard_logs(added)
+            raise _storage_error(f"Error while writing the metadata of topic {name} to {self.store.path}", exc) from exc
+        topic.partitions.extend(added)
         log.info("partitions added", topic=name, partitions=total)
 
     def set_overrides(self, name: str, overrides: dict[str, str]) -> None:
@@ -215,6 +259,11 @@ class Topics:
         for p in self.all_partitions():
             self.snapshot_producers(p)
         self.logs.close()
+
+
+def _storage_error(what: str, exc: OSError) -> KafkaError:
+    """Kafka's answer to an IOException while creating a log: KAFKA_STORAGE_ERROR, with the cause."""
+    return KafkaError(ErrorCode.kafka_storage_error, f"{what} ({exc.strerror or exc})")
 
 
 def _as_uuid(value: Any) -> uuid.UUID:

@@ -74,8 +74,12 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         runner(run(config, ready_file=Path(args.ready_file) if args.ready_file else None))
     except OSError as exc:
-        log.error("cannot start", error=str(exc))
-        print(f"sharebroker: cannot start: {exc}", file=sys.stderr)
+        from sharebroker.broker.open_files import exhausted, startup_advice
+
+        # Out of descriptors: say how many the data directory needs and which limit to raise.
+        message = startup_advice(config.log_dir, exc) if exhausted(exc) else str(exc)
+        log.error("cannot start", error=message)
+        print(f"sharebroker: cannot start: {message}", file=sys.stderr)
         return 1
     return 0
 

@@ -75,6 +75,15 @@ def read_partition_metadata(directory: Path) -> uuid.UUID | None:
     return topic_id_from_base64(fields["topic_id"].strip())
 
 
+def _remove_new_dir(path: Path) -> None:
+    """Remove a partition directory just made: rmdir needs no descriptor, which matters when the
+    directory is empty because the process had none left to list or fill it."""
+    try:
+        path.rmdir()
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class LogManager:
     """Owns the PartitionLogs of one log directory."""
 
@@ -160,16 +169,39 @@ class LogManager:
         if existed:
             self.report.append(f"{path.name} existed without being open; recovering it before use")
         path.mkdir(parents=True, exist_ok=True)
-        # A directory we did not open ourselves gets full recovery (recovery point 0).
-        log = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=not existed, now_ms=now_ms)
-        if tid is not None:
-            write_partition_metadata(path, tid)
-            log.topic_id = tid
-        if not existed:
-            fsync_dir(self.log_dir)
+        opened: PartitionLog | None = None
+        try:
+            # A directory we did not open ourselves gets full recovery (recovery point 0).
+            log = opened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=not existed, now_ms=now_ms)
+            if tid is not None:
+                write_partition_metadata(path, tid)
+                log.topic_id = tid
+            if not existed:
+                fsync_dir(self.log_dir)
+        except BaseException:
+            # Out of descriptors or space half-way: no open files and, for a new partition, no
+            # directory are left behind (the caller rolls the rest of its change back).
+            try:
+                if existed:
+                    if opened is not None:
+                        opened.close()
+                elif opened is not None:
+                    opened.delete()
+                else:
+                    _remove_new_dir(path)
+            except OSError:
+                pass  # the first error is the one to report; a stale directory is replaced on reuse
+            raise
         log.on_log_start_offset_change = self._log_start_offset_changed
         self._logs[key] = log
         return log
+
+    def discard(self, topic: str, partition: int) -> None:
+        """Remove a partition `create` just made, when the change that made it is rolled back: as
+        `delete`, without rewriting the checkpoints (they never held it)."""
+        log = self._logs.pop((topic, partition), None)
+        if log is not None:
+            log.delete()
 
     def delete(self, topic: str, partition: int) -> None:
         """Remove a partition's log and directory (DeleteTopics) and drop it from the checkpoints."""
@@ -198,6 +230,12 @@ class LogManager:
         """Write both checkpoint files from the logs' current state (atomically)."""
         self.write_recovery_points()
         self.write_log_start_offsets()
+
+    def close_files(self) -> None:
+        """Close every log's files and forget them, writing nothing (a start-up that failed)."""
+        for log in self._logs.values():
+            log.close_files()
+        self._logs.clear()
 
     def close(self) -> None:
         """Flush and close every log, checkpoint, then write the clean-shutdown marker."""

@@ -589,6 +589,14 @@ class PartitionLog:
             for seg in self._segments:
                 seg.release()
 
+    def close_files(self) -> None:
+        """Close the files without sealing or flushing: a start-up that failed wrote nothing that
+        needs it, and must give its descriptors back before it says what it needed."""
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.release()
+
     def delete(self) -> None:
         """Close and remove the whole partition directory (DeleteTopics)."""
         with self._lock:

@@ -294,18 +294,22 @@ class LogSegment:
         seg = cls(directory, base_offset, now_ms)
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
         seg.fd = os.open(seg.log_path, flags, 0o644)
-        seg.size = os.fstat(seg.fd).st_size
-        for attr, path, entry in (("idx_fd", seg.index_path, INDEX_ENTRY),
-                                  ("tidx_fd", seg.timeindex_path, TIME_INDEX_ENTRY)):
-            if not path.exists() and seg.size:
-                seg.index_damage.append(f"{path.name} missing")
-                seg.time_index_damaged |= entry == TIME_INDEX_ENTRY
-            setattr(seg, attr, os.open(path, flags, 0o644))
-        seg._load_offset_index()
-        seg._load_time_index()
-        if seg.size >= _WALK_SIZE:
-            first = _WALK.unpack_from(os.pread(seg.fd, _WALK_SIZE, 0))
-            seg.rolling_base_ts = first[5] if first[2] == 2 else -1
+        try:
+            seg.size = os.fstat(seg.fd).st_size
+            for attr, path, entry in (("idx_fd", seg.index_path, INDEX_ENTRY),
+                                      ("tidx_fd", seg.timeindex_path, TIME_INDEX_ENTRY)):
+                if not path.exists() and seg.size:
+                    seg.index_damage.append(f"{path.name} missing")
+                    seg.time_index_damaged |= entry == TIME_INDEX_ENTRY
+                setattr(seg, attr, os.open(path, flags, 0o644))
+            seg._load_offset_index()
+            seg._load_time_index()
+            if seg.size >= _WALK_SIZE:
+                first = _WALK.unpack_from(os.pread(seg.fd, _WALK_SIZE, 0))
+                seg.rolling_base_ts = first[5] if first[2] == 2 else -1
+        except BaseException:
+            seg.close_fds()  # out of descriptors at start-up: the caller closes the other segments too
+            raise
         return seg
 
     def _load_offset_index(self) -> None:

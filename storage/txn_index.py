@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharebroker.storage.files import write_all
+from sharebroker.storage.files import write_all, write_atomic
 
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size  # 34
@@ -72,14 +72,7 @@ def rewrite(path: Path, entries: list[AbortedTxnEntry]) -> None:
         except FileNotFoundError:
             pass
         return
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_all(fd, encode(entries))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomic(path, encode(entries))
 
 
 def truncate_to(path: Path, end_offset: int) -> str | None:

@@ -7,19 +7,20 @@ OffsetMetadataManager does: classic and simple groups through their ClassicGroup
 is that group's entry of the store), consumer groups (KIP-848) after their coordinator validated the
 member, and transactional commits through `store_offsets`.
 
-Parked JoinGroup/SyncGroup requests wait on futures the group answers through its outbox. Anything
-persisted is updated in memory in the same step as its append (so GroupLog compaction always
-restates what the log holds); responses that acknowledge it are sent after the append."""
+Parked JoinGroup/SyncGroup requests wait on futures the group answers through its outbox. Offset
+commits are applied to memory once their append returned (a failed write changes nothing; GroupLog
+keeps compaction from restating while one is in flight); the rest of what is persisted is updated
+in memory in the same step as its append. Responses that acknowledge a write are sent after it."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.groups import classic_records as crec
 from sharebroker.broker.groups.classic_group import (
     DEAD,
@@ -38,6 +39,7 @@ from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
 from sharebroker.broker.structured_log import get_logger
 
 if TYPE_CHECKING:
+    from sharebroker.broker.clock import Clock, TimerHandle
     from sharebroker.broker.groups.directory import GroupDirectory
     from sharebroker.broker.groups.group_log import GroupLog
     from sharebroker.broker.topics import Partition, Topics
@@ -53,8 +55,13 @@ FetchedOffset = tuple[int, int, int, str, ErrorCode]
 
 
 class ClassicGroupCoordinator:
-    def __init__(self, config: BrokerConfig, topics: Topics, group_log: GroupLog, groups: GroupDirectory) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock, topics: Topics, group_log: GroupLog,
+                 groups: GroupDirectory) -> None:
         self.config = config
+        # Group deadlines (sessions, rebalance and join timers) on the monotonic clock, so a step
+        # of the wall clock neither expires members nor stretches them; commit timestamps and
+        # the persisted state timestamp are wall time, as Kafka writes them.
+        self.clock = clock
         self.topics = topics
         self.group_log = group_log
         self.directory = groups
@@ -63,7 +70,7 @@ class ClassicGroupCoordinator:
         # TxnOffsetCommit offsets waiting for their transaction's end: producer id -> group -> offsets
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], crec.CommittedOffset]]] = {}
         self._persisted: dict[str, bytes] = {}  # group id -> last GroupMetadata value appended
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[str, TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: dict[str, set[asyncio.Future[None]]] = {}
         self._seen: dict[str, tuple[str, int]] = {}
@@ -98,6 +105,26 @@ class ClassicGroupCoordinator:
             group.settings = self.settings()
         return group
 
+    # The group keeps its state timestamp on the monotonic clock, like its deadlines; the record
+    # holds wall time (Kafka's currentStateTimestamp), converted at the boundary.
+
+    def _wall_ms(self, monotonic_ms: int | None) -> int | None:
+        if monotonic_ms is None:
+            return None
+        return monotonic_ms + self.clock.wall_ms() - self.clock.monotonic_ms()
+
+    def _wall(self, snap: crec.GroupSnapshot) -> crec.GroupSnapshot:
+        if snap.state_timestamp_ms == -1:
+            return snap
+        return dataclasses.replace(snap, state_timestamp_ms=snap.state_timestamp_ms + self.clock.wall_ms()
+                                   - self.clock.monotonic_ms())
+
+    def _monotonic(self, snap: crec.GroupSnapshot) -> crec.GroupSnapshot:
+        if snap.state_timestamp_ms == -1:
+            return snap
+        return dataclasses.replace(snap, state_timestamp_ms=snap.state_timestamp_ms + self.clock.monotonic_ms()
+                                   - self.clock.wall_ms())
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def load(self) -> None:
@@ -112,7 +139,7 @@ class ClassicGroupCoordinator:
                 del self.offsets[group_id]
             elif self.directory.group_type(group_id) is None:
                 self.groups[group_id] = self._new_group(group_id)  # offsets without membership: a "simple" group
-        now = now_ms()
+        now = self.clock.monotonic_ms()
         for group in self.groups.values():
             group.settings = self.settings()
             group.loaded(now)
@@ -136,7 +163,7 @@ class ClassicGroupCoordinator:
             if value is None:
                 self._persisted.pop(group_id, None)
                 return
-            self.groups[group_id] = self._new_group(group_id, crec.decode_group_metadata_value(value))
+            self.groups[group_id] = self._new_group(group_id, self._monotonic(crec.decode_group_metadata_value(value)))
             self._persisted[group_id] = value
         except (ValueError, AssertionError, IndexError) as exc:
             log.warning("unreadable classic group record skipped", error=str(exc), key=key.hex()[:80])
@@ -212,8 +239,10 @@ class ClassicGroupCoordinator:
         deadline = group.next_deadline()
         if deadline is None:
             return
-        delay = max(0.0, (deadline - now_ms()) / 1000) + 0.001
-        self._timers[group.group_id] = asyncio.get_running_loop().call_later(delay, self._fire, group.group_id)
+        # A millisecond past the deadline, and never sooner than one from now: a zero-delay join
+        # timer still lets JoinGroups already on their way in join the same generation.
+        due = max(deadline, self.clock.monotonic_ms()) + 1
+        self._timers[group.group_id] = self.clock.call_at(due, lambda: self._fire(group.group_id))
 
     def _fire(self, group_id: str) -> None:
         self._timers.pop(group_id, None)
@@ -221,7 +250,7 @@ class ClassicGroupCoordinator:
         if group is None:
             return
         try:
-            group.tick(now_ms())
+            group.tick(self.clock.monotonic_ms())
         except Exception:
             log.exception("classic group timer failed", group=group_id)
         self._after(group)
@@ -231,22 +260,24 @@ class ClassicGroupCoordinator:
             ok = True
             try:
                 if self.groups.get(group.group_id) is group:
-                    value = crec.group_metadata_value(write.snapshot)
-                    self._persisted[group.group_id] = value  # together with the append, for compaction
+                    value = crec.group_metadata_value(self._wall(write.snapshot))
                     await self._append(group.group_id, [(crec.group_metadata_key(group.group_id), value)])
+                    if self.groups.get(group.group_id) is group:  # not deleted meanwhile
+                        self._persisted[group.group_id] = value  # compaction restates what the log holds
             except Exception as exc:  # noqa: BLE001 - a failed write is answered to the members, not raised
                 ok = False
                 log.error("classic group metadata write failed", group=group.group_id, error=str(exc))
-            group.write_done(write, ok, now_ms())
+            group.write_done(write, ok, self.clock.monotonic_ms())
             self._after(group)
 
-    async def _append(self, group_id: str, records: list[Record]) -> None:
-        """Append and wait for the flush policy; OffsetFetch with RequireStable waits for these."""
+    async def _append(self, group_id: str, records: list[Record]) -> int:
+        """Append and wait for the flush policy; returns the first record's offset. OffsetFetch
+        with RequireStable waits for these."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         pending = self._inflight.setdefault(group_id, set())
         pending.add(done)
         try:
-            await self.group_log.append(group_id, records)
+            return await self.group_log.append(group_id, records)
         finally:
             done.set_result(None)
             pending.discard(done)
@@ -274,7 +305,8 @@ class ClassicGroupCoordinator:
             log.info("classic group created", group=group_id)
         waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.join(JoinRequest(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
-                               rebalance_timeout_ms, protocol_type, protocols, version), waiter, now_ms())
+                               rebalance_timeout_ms, protocol_type, protocols, version), waiter,
+                   self.clock.monotonic_ms())
         if created:
             group.writes.insert(0, MetadataWrite(group.snapshot()))
         self._after(group)
@@ -291,7 +323,7 @@ class ClassicGroupCoordinator:
         waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         group.sync(member_id=member_id, group_instance_id=group_instance_id, generation_id=generation_id,
                    protocol_type=protocol_type, protocol_name=protocol_name, assignments=assignments,
-                   waiter=waiter, now_ms=now_ms())
+                   waiter=waiter, now_ms=self.clock.monotonic_ms())
         self._after(group)
         return await waiter
 
@@ -303,7 +335,7 @@ class ClassicGroupCoordinator:
         if group is None:
             return ErrorCode.unknown_member_id
         code = group.heartbeat(member_id=member_id, group_instance_id=group_instance_id,
-                               generation_id=generation_id, now_ms=now_ms())
+                               generation_id=generation_id, now_ms=self.clock.monotonic_ms())
         self._after(group)
         return code
 
@@ -316,7 +348,7 @@ class ClassicGroupCoordinator:
             return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in identities]
         if group.state == DEAD:
             return ErrorCode.coordinator_not_available, []
-        results = group.leave(identities, now_ms())
+        results = group.leave(identities, self.clock.monotonic_ms())
         for member_id, _instance, code in results:
             if code == ErrorCode.none:
                 log.info("classic group member left", group=group_id, member=member_id)
@@ -343,15 +375,34 @@ class ClassicGroupCoordinator:
             for topic, partition, *_ in valid:
                 errors[(topic, partition)] = error or ErrorCode.unknown_server_error
             return errors
-        now = now_ms()
-        records = self._offset_records(group_id, valid, errors, now)
+        staged: dict[tuple[str, int], crec.CommittedOffset] = {}
+        records = self._offset_records(group_id, valid, errors, self.clock.wall_ms(), staged)
         if not records and group.is_simple() and not group.offsets:
             self._forget(group_id)  # nothing committed: the simple group was never there
-        group.offset_committed(member_id, now)
+        group.offset_committed(member_id, self.clock.monotonic_ms())
         self._after(group)
-        if records:
-            await self._append(group_id, records)
+        try:
+            await self._commit(group_id, records, staged)
+        except BaseException:
+            if group.is_simple() and not group.offsets and self.groups.get(group_id) is group:
+                self._forget(group_id)  # made for this commit, which did not happen
+            raise
         return errors
+
+    async def _commit(self, group_id: str, records: list[Record],
+                      staged: dict[tuple[str, int], crec.CommittedOffset]) -> None:
+        """Append offset commits, then apply them: a failed append (raised) changes nothing. An
+        offset that changed while the append was in flight keeps what the log replays to: a commit
+        whose record is later, or a deletion."""
+        if not records:
+            return
+        before = {key: self.offsets.get(group_id, {}).get(key) for key in staged}
+        first = await self._append(group_id, records)
+        store = self._offsets_of(group_id)
+        for key, committed in staged.items():
+            current = store.get(key)
+            if current is before[key] or (current is not None and current.log_offset < first + committed.log_offset):
+                store[key] = dataclasses.replace(committed, log_offset=first + committed.log_offset)
 
     def _existing(self, offsets: list[OffsetToCommit]) -> tuple[list[OffsetToCommit], dict[tuple[str, int], ErrorCode]]:
         """The offsets of partitions that exist, and UNKNOWN_TOPIC_OR_PARTITION for the others."""
@@ -365,18 +416,17 @@ class ClassicGroupCoordinator:
         return valid, errors
 
     def _offset_records(self, group_id: str, offsets: list[OffsetToCommit], errors: dict[tuple[str, int], ErrorCode],
-                        now: int, store: dict[tuple[str, int], crec.CommittedOffset] | None = None) -> list[Record]:
-        """Put the offsets in `store` (default: the group's committed offsets) and return their
+                        now: int, store: dict[tuple[str, int], crec.CommittedOffset]) -> list[Record]:
+        """Stage the offsets in `store` (applied once their records are appended) and return their
         records (oversized metadata refused)."""
         max_metadata = self.config["offset.metadata.max.bytes"]
-        if store is None:
-            store = self._offsets_of(group_id)
         records: list[Record] = []
         for topic, partition, offset, leader_epoch, metadata in offsets:
             if metadata is not None and len(metadata) > max_metadata:
                 errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
                 continue
-            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now)
+            # log_offset: the record's place in this append, until the append gives its offset
+            committed = crec.CommittedOffset(offset, leader_epoch, metadata or "", now, log_offset=len(records))
             store[(topic, partition)] = committed
             records.append((crec.offset_commit_key(group_id, topic, partition), crec.offset_commit_value(committed)))
             errors[(topic, partition)] = ErrorCode.none
@@ -387,11 +437,9 @@ class ClassicGroupCoordinator:
         validated already (consumer groups, a committing transaction's TxnOffsetCommit offsets).
         Unknown partitions and oversized metadata are refused per partition."""
         valid, errors = self._existing(offsets)
-        records = self._offset_records(group_id, valid, errors, now_ms())
-        if not self.offsets.get(group_id) and group_id not in self.groups:
-            self.offsets.pop(group_id, None)  # a classic group's entry stays: its `offsets` is that dict
-        if records:
-            await self._append(group_id, records)
+        staged: dict[tuple[str, int], crec.CommittedOffset] = {}
+        records = self._offset_records(group_id, valid, errors, self.clock.wall_ms(), staged)
+        await self._commit(group_id, records, staged)
         return errors
 
     async def txn_commit_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
@@ -418,10 +466,11 @@ class ClassicGroupCoordinator:
         if error is not None:
             return {**errors, **{(t, p): error for t, p, *_ in valid}}
         staged: dict[tuple[str, int], crec.CommittedOffset] = {}
-        records = self._offset_records(group_id, valid, errors, now_ms(), staged)
+        records = self._offset_records(group_id, valid, errors, self.clock.wall_ms(), staged)
         if records:
-            await self.group_log.append(group_id, records, transaction=(producer_id, producer_epoch))
-            self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(staged)
+            first = await self.group_log.append(group_id, records, transaction=(producer_id, producer_epoch))
+            self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(
+                {key: dataclasses.replace(c, log_offset=first + c.log_offset) for key, c in staged.items()})
         return errors
 
     def transaction_completed(self, partition: Partition, producer_id: int, commit: bool) -> None:
@@ -468,7 +517,7 @@ class ClassicGroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return []
-        group.mark_dead(now_ms(), ErrorCode.rebalance_in_progress)
+        group.mark_dead(self.clock.monotonic_ms(), ErrorCode.rebalance_in_progress)
         self._after(group)
         self._forget(group_id, keep_offsets=True)
         return [(crec.group_metadata_key(group_id), None)]
@@ -480,13 +529,14 @@ class ClassicGroupCoordinator:
         member id) in the protocol they vote for, and return its record for the caller to append
         in the same step; `rebalance` then starts the rebalance Kafka triggers (and `take_over`
         removes it again if the append fails)."""
-        now = now_ms()
+        now = self.clock.monotonic_ms()
         group = ClassicGroup.stable(group_id, self.settings(), generation, members, now)
         for m in group.members.values():
             m.assignment = encode_assignment(assigned.get(m.member_id, ()),
                                              assignment_version(m.metadata(group.protocol_name)))
         group.offsets = self._offsets_of(group_id)
-        value = crec.group_metadata_value(group.snapshot({m.member_id: m.assignment for m in group.members.values()}))
+        value = crec.group_metadata_value(self._wall(group.snapshot({m.member_id: m.assignment
+                                                                     for m in group.members.values()})))
         self.groups[group_id] = group
         self._persisted[group_id] = value
         group.loaded(now)
@@ -496,7 +546,7 @@ class ClassicGroupCoordinator:
     def rebalance(self, group_id: str) -> None:
         group = self._group(group_id)
         if group is not None:
-            group.rebalance(now_ms())
+            group.rebalance(self.clock.monotonic_ms())
             self._after(group)
 
     def _group_for_commit(self, group_id: str, generation_id: int,
@@ -607,7 +657,7 @@ class ClassicGroupCoordinator:
         records: list[Record] = [(crec.offset_commit_key(group_id, t, p), None) for t, p in group.offsets]
         records.append((crec.group_metadata_key(group_id), None))
         group.offsets.clear()
-        group.mark_dead(now_ms())
+        group.mark_dead(self.clock.monotonic_ms())
         self._after(group)
         self._forget(group_id)
         log.info("classic group deleted", group=group_id)
@@ -642,7 +692,7 @@ class ClassicGroupCoordinator:
         while True:
             await asyncio.sleep(self.config["offsets.retention.check.interval.ms"] / 1000)
             try:
-                await self.expire_offsets(now_ms())
+                await self.expire_offsets(self.clock.wall_ms())
             except Exception:
                 log.exception("classic offsets expiry failed")
 
@@ -652,13 +702,13 @@ class ClassicGroupCoordinator:
         to (counted from the commit) expire; empty groups left without offsets are deleted. Then the
         other kinds of group that keep offsets here (`retention_hooks`) run theirs."""
         for group_id, group in list(self.groups.items()):
-            base_of = _expiry_base(group)
+            base_of = _expiry_base(group, self._wall_ms(group.state_timestamp_ms))
             records: list[Record] = []
             if base_of is not None:
                 records, _ = self.expire_unsubscribed(group_id, group.is_subscribed_to, base_of, now)
             if group.state == EMPTY and not group.offsets and not group.pending_members:
                 records.append((crec.group_metadata_key(group_id), None))
-                group.mark_dead(now)
+                group.mark_dead(self.clock.monotonic_ms())
                 self._after(group)
                 self._forget(group_id)
                 log.info("classic group expired", group=group_id)
@@ -688,11 +738,11 @@ class ClassicGroupCoordinator:
         return records, not committed and not pending
 
 
-def _expiry_base(group: ClassicGroup) -> Callable[[crec.CommittedOffset], int] | None:
+def _expiry_base(group: ClassicGroup, became_empty: int | None) -> Callable[[crec.CommittedOffset], int] | None:
+    """What an offset's age counts from (wall time): `became_empty` is the group's state timestamp."""
     if group.protocol_type is None:
         return lambda c: c.commit_timestamp_ms
     if group.state == EMPTY:
-        became_empty = group.state_timestamp_ms
         return lambda c: became_empty if became_empty is not None else c.commit_timestamp_ms
     if group.protocol_type == "consumer" and group.subscribed_topics is not None and group.state == STABLE:
         return lambda c: c.commit_timestamp_ms

@@ -1,6 +1,6 @@
 """A classic consumer group (JoinGroup/SyncGroup protocol) as a pure state machine. No I/O and no
-clock: every call takes `now_ms`; timers are deadlines the owner asks for (`next_deadline`) and
-fires (`tick`).
+clock: every call takes `now_ms` (the owner's monotonic clock, so the state timestamp is on it too);
+timers are deadlines the owner asks for (`next_deadline`) and fires (`tick`).
 
 Kafka's rules (GroupMetadataManager/ClassicGroup, 4.2): Empty → PreparingRebalance (members
 (re)join; a new group waits group.initial.rebalance.delay.ms, extended while members keep

@@ -28,6 +28,9 @@ class CommittedOffset:
     metadata: str = ""
     commit_timestamp_ms: int = -1
     expire_timestamp_ms: int = -1
+    # Where its record is in __consumer_offsets (not persisted): of two commits whose appends
+    # finish out of order, the later record wins, as on replay. -1: replayed, older than any since.
+    log_offset: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,11 +212,14 @@ class ShareGroupCoordinator:
         validate_group_configs(self.broker_config, overrides)
         if validate_only:
             return
+        configs = dict(self.configs)
         if overrides:
-            self.configs[group_id] = dict(overrides)
+            configs[group_id] = dict(overrides)
         else:
-            self.configs.pop(group_id, None)
-        write_atomic(self._path, json.dumps(self.configs, sort_keys=True, indent=1).encode())
+            configs.pop(group_id, None)
+        # Written before it takes effect: a failed write (a full disk) changes nothing.
+        write_atomic(self._path, json.dumps(configs, sort_keys=True, indent=1).encode())
+        self.configs = configs
         self.invalidate_configs()
 
     def invalidate_configs(self) -> None:

@@ -4,7 +4,13 @@ a group's records go to partition abs(javaHash(group id)) % offsets.topic.num.pa
 
 Coordinators append through `append`, are handed their records by type at start-up (`replay`),
 and each provides the records that restate its live groups so that a busy partition can be
-compacted: the live state is written again and everything before it dropped."""
+compacted: the live state is written again and everything before it dropped.
+
+A coordinator applies a change to memory once its append returned (plan, append, apply), in the
+same step. Compaction restates memory, so it must not run while an append of its partition is in
+flight: the record of that append would be dropped with what precedes the restated state, and
+the restated state would not hold it yet. Compaction waits for those appends, and appends wait for
+a compaction of their partition to end."""
 
 from __future__ import annotations
 
@@ -43,6 +49,9 @@ class GroupLog:
         self._since_compaction: dict[int, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._moving: asyncio.Task[None] | None = None
+        self._appending: dict[int, int] = {}  # partition -> appends in flight (not yet applied)
+        self._drained: dict[int, asyncio.Future[None]] = {}  # partition -> compaction waiting for them
+        self._compacting: dict[int, asyncio.Future[None]] = {}  # partition -> compaction under way
         self.misplaced = 0  # records replayed from a partition their group does not map to
 
     def register(self, restate: Restater) -> None:
@@ -54,14 +63,31 @@ class GroupLog:
     def partition_of(self, group_id: str) -> int:
         return offsets_partition(group_id, self.num_partitions)
 
-    async def append(self, group_id: str, records: list[Record], *, transaction: tuple[int, int] | None = None) -> None:
+    async def append(self, group_id: str, records: list[Record], *, transaction: tuple[int, int] | None = None) -> int:
         """Append one group's records (as a transactional batch of (producer id, epoch) if given);
-        returns once the flush policy is met."""
+        returns the offset of the first once the flush policy is met (-1 for no records)."""
         if not records:
-            return
+            return -1
         partition = self._topic().partitions[self.partition_of(group_id)]
-        self._since_compaction[partition.index] = self._since_compaction.get(partition.index, 0) + len(records)
-        await self.internal.append(partition, records, transaction=transaction)
+        index = partition.index
+        while (compaction := self._compacting.get(index)) is not None:
+            await asyncio.shield(compaction)
+        self._appending[index] = self._appending.get(index, 0) + 1
+        try:
+            first = await self.internal.append(partition, records, transaction=transaction)
+            self._since_compaction[index] = self._since_compaction.get(index, 0) + len(records)
+        finally:
+            # The caller applies the change when this returns, before any other task runs: a
+            # compaction woken here restates it.
+            left = self._appending[index] - 1
+            if left:
+                self._appending[index] = left
+            else:
+                del self._appending[index]
+                drained = self._drained.pop(index, None)
+                if drained is not None and not drained.done():
+                    drained.set_result(None)
+        return first
 
     def replay(self, handlers: dict[int, Callable[[bytes, bytes | None], None]], *,
                open_transactions: OpenTxnHandler | None = None) -> int:
@@ -124,12 +150,21 @@ class GroupLog:
             def here(gid: str, i: int = index) -> bool:
                 return self.partition_of(gid) == i
 
-            records = [r for restate in self._restaters for r in restate(here)]
-            # Never past an open transaction's offsets (TxnOffsetCommit): they are not restated
-            start = partition.last_stable_offset
-            if records:
-                await self.internal.append(partition, records)
-            partition.log.delete_records(start)
+            loop = asyncio.get_running_loop()
+            done = self._compacting[index] = loop.create_future()
+            try:
+                while self._appending.get(index):
+                    drained = self._drained.setdefault(index, loop.create_future())
+                    await drained
+                records = [r for restate in self._restaters for r in restate(here)]
+                # Never past an open transaction's offsets (TxnOffsetCommit): they are not restated
+                start = partition.last_stable_offset
+                if records:
+                    await self.internal.append(partition, records)
+                partition.log.delete_records(start)
+            finally:
+                del self._compacting[index]
+                done.set_result(None)
             self._since_compaction[index] = 0
             log.info("group log compacted", partition=index, records=len(records),
                      log_start_offset=start)

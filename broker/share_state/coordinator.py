@@ -177,8 +177,7 @@ class ShareCoordinator:
                 partition = self._topic().partitions[index]
                 return await self.internal.append(partition, [(key_bytes, value)])
             except Exception as exc:
-                log.exception("share state append failed", state_partition=index)
-                raise KafkaError(ErrorCode.unknown_server_error, f"share state append failed: {exc}") from None
+                raise _append_failed(exc, index) from None
             finally:
                 self._draining.discard(index)
                 if self._queues[index]:
@@ -201,8 +200,7 @@ class ShareCoordinator:
             try:
                 partition = self._topic().partitions[index]
             except Exception as exc:
-                log.exception("share state topic unavailable", state_partition=index)
-                self._fail_queue(index, exc)
+                self._fail_queue(index, _append_failed(exc, index))
                 return
             while self._queues[index]:
                 if self.linger_ms > 0:
@@ -212,8 +210,7 @@ class ShareCoordinator:
                 try:
                     offset = await self.internal.append(partition, records)
                 except Exception as exc:
-                    log.exception("share state append failed", state_partition=index)
-                    self._fail(items, exc)
+                    self._fail(items, _append_failed(exc, index))
                     continue
                 for recs, fut in items:
                     if not fut.done():
@@ -222,15 +219,15 @@ class ShareCoordinator:
         finally:
             self._draining.discard(index)
 
-    def _fail_queue(self, index: int, exc: Exception) -> None:
+    def _fail_queue(self, index: int, exc: KafkaError) -> None:
         items, self._queues[index] = self._queues[index], []
         self._fail(items, exc)
 
     @staticmethod
-    def _fail(items: list[Any], exc: Exception) -> None:
+    def _fail(items: list[Any], exc: KafkaError) -> None:
         for _, fut in items:
             if not fut.done():
-                fut.set_exception(KafkaError(ErrorCode.unknown_server_error, f"share state append failed: {exc}"))
+                fut.set_exception(KafkaError(exc.code, exc.message))
 
     async def _commit(self, record: StateRecord) -> None:
         """Append the record; only once it is durable (per the flush policy) apply it, through
@@ -405,3 +402,15 @@ class ShareCoordinator:
                 plog.delete_records(target)
                 log.info("share state pruned", state_partition=partition.index, log_start_offset=target,
                          size_bytes=plog.size_bytes)
+
+
+def _append_failed(exc: Exception, index: int) -> KafkaError:
+    """What a failed state append answers: the internal log's own error for a write the disk
+    refused or a topic that cannot be created (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, which
+    the share-partition leader turns into COORDINATOR_NOT_AVAILABLE as Kafka's SharePartition
+    does), UNKNOWN_SERVER_ERROR for anything else (a bug, with its traceback)."""
+    if isinstance(exc, KafkaError):
+        log.warning("share state append failed", state_partition=index, error=exc.code.name, message=exc.message)
+        return exc
+    log.error("share state append failed", state_partition=index, exc_info=exc)
+    return KafkaError(ErrorCode.unknown_server_error, f"share state append failed: {exc}")

@@ -21,12 +21,16 @@ __all__ = ["BrokerProcess", "running_broker", "unique_name", "wait_for"]
 
 class BrokerProcess:
     """`sharebroker serve` on 127.0.0.1 with a port the OS picks, data in `data_dir`, its log next
-    to it (`<data_dir>-broker.log`). `overrides` are Kafka setting names and values, as `-o`."""
+    to it (`<data_dir>-broker.log`). `overrides` are Kafka setting names and values, as `-o`.
+    `open_files` (soft, hard) sets the process's RLIMIT_NOFILE, for tests of running out of
+    descriptors; it may be changed between restarts."""
 
-    def __init__(self, data_dir: Path | str, overrides: Mapping[str, object] | None = None, *, fsync: bool = False) -> None:
+    def __init__(self, data_dir: Path | str, overrides: Mapping[str, object] | None = None, *, fsync: bool = False,
+                 open_files: tuple[int, int] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = {name: str(value) for name, value in (overrides or {}).items()}
         self.fsync = fsync
+        self.open_files = open_files
         self.proc: subprocess.Popen[bytes] | None = None
         self.host = "127.0.0.1"
         self.port = 0
@@ -54,7 +58,8 @@ class BrokerProcess:
         started = time.perf_counter()
         with open(self.log_path, "ab") as log:
             # cwd outside any checkout: the broker must start from the installed namespace alone
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir.parent,
+                                         preexec_fn=self._limit_open_files if self.open_files else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.ready_file.exists():
@@ -68,6 +73,12 @@ class BrokerProcess:
             time.sleep(0.005)
         self.kill()
         raise RuntimeError(f"broker did not become ready in {timeout}s:\n{self.log_text()[-4000:]}")
+
+    def _limit_open_files(self) -> None:
+        import resource  # POSIX only, and only tests that ask for a limit need it
+
+        assert self.open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.open_files)
 
     def stop(self, timeout: float = 15.0) -> int:
         """Graceful stop with SIGTERM; returns the exit code."""

@@ -218,6 +218,17 @@ def produce(client: RawClient, topic: str, partition: int, records: bytes, **kwa
     return p
 
 
+def create_topics(client: RawClient, *topics: tuple[str, int]) -> list[Any]:
+    """The per-topic results of a CreateTopics v7 of (name, partitions) (a client library would
+    retry or hide per-topic errors)."""
+    create = req_cls(19, 7)
+    topic = _nested(create, "topics")
+    resp = client.request(create(topics=tuple(topic(name=name, num_partitions=n, replication_factor=1, assignments=(),
+                                                    configs=()) for name, n in topics),
+                                 timeout=datetime.timedelta(seconds=10), validate_only=False), timeout=30)
+    return list(resp.topics)
+
+
 def fetch(client: RawClient, topic: str, partition: int, offset: int, timeout: float | None = None,
           **kwargs: Any) -> Any:
     """The partition data of a one-partition Fetch."""

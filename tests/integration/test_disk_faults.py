@@ -364,3 +364,22 @@ def test_a_failed_background_task_is_one_structured_log_line(tmp_path):
     assert len(failed) == 1, failed
     assert failed[0]["event"] == "unhandled error in background task" and failed[0]["level"] == "error"
     assert failed[0]["error"] == "RuntimeError: boom in the background"
+
+
+def test_full_disk_create_topics_answers_storage_error_and_leaves_nothing_half_created(full_disk_broker, topic_name):
+    broker, disk = full_disk_broker
+    filler = fill(disk)
+    with rk.RawClient(broker.bootstrap) as client:
+        (result,) = rk.create_topics(client, (topic_name, 3))
+        assert int(result.error_code) == KAFKA_STORAGE_ERROR
+        assert result.error_message.startswith(f"Error while creating log for {topic_name}-0 in dir {disk} (No space "
+                                               f"left on device"), result.error_message
+        assert not [p for p in disk.iterdir() if p.name.startswith(topic_name)]
+        assert topic_name not in json.loads((disk / "sharebroker-metadata.json").read_text())["topics"]
+        meta = client.request(rk.metadata_request([topic_name]))
+        assert [int(t.error_code) for t in meta.topics] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
+        filler.unlink()
+        (result,) = rk.create_topics(client, (topic_name, 3))
+        assert (int(result.error_code), result.error_message) == (0, None)
+    assert sorted(p.name for p in disk.iterdir() if p.name.startswith(topic_name)) == [f"{topic_name}-{i}"
+                                                                                        for i in range(3)]
