@@ -5,6 +5,7 @@ closes this connection only, after one structured log line."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from sharebroker.protocol.codec import (
     build,
     decode_request,
     encode_response,
+    peek_header,
     response_class,
 )
 from sharebroker.protocol.fetch_responses import Buffer
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.connection")
 _ids = itertools.count(1)
+# How long a request waits for a file descriptor to load its schema before the connection closes.
+_DESCRIPTOR_WAIT_S = 10.0
 
 
 class Connection:
@@ -79,11 +83,28 @@ class Connection:
         finally:
             await self._close(reason)
 
+    async def _decode(self, frame: bytes | memoryview) -> DecodedRequest:
+        """decode_request, waiting while the first use of an API version cannot import its schema
+        for want of a file descriptor (the broker at its open-file limit: descriptors come back
+        as connections close or topics go); a FrameError when none comes back in time."""
+        delay = 0.01
+        deadline = asyncio.get_running_loop().time() + _DESCRIPTOR_WAIT_S
+        while True:
+            try:
+                return decode_request(frame)
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE) or asyncio.get_running_loop().time() > deadline:
+                    api_key, api_version, correlation_id = peek_header(frame)
+                    raise FrameError(f"cannot load the schema of the request: {exc}", api_key=api_key,
+                                     api_version=api_version, correlation_id=correlation_id) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
     async def _process(self, frame: bytes | memoryview) -> bytes | list[Buffer] | None:
         """The encoded response frame (a list of buffers from a handler that encodes its own), b""
         for no response (acks=0), None to close the connection."""
         try:
-            req = decode_request(frame)
+            req = await self._decode(frame)
         except UnsupportedVersion as exc:
             if exc.api_key == 18:
                 return self._api_versions_unsupported(exc.correlation_id or 0, exc.api_version)

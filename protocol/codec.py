@@ -86,8 +86,11 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
         raise UnknownApiKey(f"unknown API key {api_key}", **ids)
     if support == "unsupported-version":
         raise UnsupportedVersion(f"API key {api_key} version {api_version} is not supported", **ids)
+    # Both schemas are modules imported on first use: an import refused for want of a file
+    # descriptor (EMFILE) is not a malformed request, so OSError reaches the caller, which retries.
+    req_cls: Any = request_class(api_key, api_version)  # a kio class: its schema is a class attribute
+    response_class(api_key, api_version)
     try:
-        req_cls: Any = request_class(api_key, api_version)  # a kio class: its schema is a class attribute
         writable = isinstance(frame, memoryview) and not frame.readonly
         # kio reads read-only buffers only
         readable = frame.toreadonly() if isinstance(frame, memoryview) and not frame.readonly else frame

@@ -76,9 +76,12 @@ def test_at_the_limit_new_connections_wait_in_the_backlog_and_are_served_once_a_
             client.close()
         with rk.RawClient(broker.bootstrap) as again:
             assert int(again.request(rk.api_versions_request()).error_code) == 0
-        # One line for the whole episode, however often an accept was refused within it.
-        assert len(log_events(broker, PAUSED)) == 1
-        wait_for(lambda: log_events(broker, "accepting connections again"), message="the end of the pause logged")
+        # One line for each episode, however often an accept was refused within it: as many pauses
+        # as ends of pauses. (Closing the clients races with the next connect, so the descriptor
+        # freed for `pending` can run out once more: a second, short episode.)
+        wait_for(lambda: len(log_events(broker, "accepting connections again")) == len(log_events(broker, PAUSED)),
+                 message="every pause ended and logged once")
+        assert 1 <= len(log_events(broker, PAUSED)) <= 2
         assert broker.alive()
     finally:
         for client in clients:
