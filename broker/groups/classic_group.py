@@ -724,7 +724,7 @@ class ClassicGroup:
                 else:
                     self._remove_current_member(existing)
                     removed = True
-                    results.append((existing, instance_id, ErrorCode.none))
+                    results.append((member_id, instance_id, ErrorCode.none))  # Kafka echoes the request's ids
             elif member_id in self.pending_members:
                 del self.pending_members[member_id]
                 results.append((member_id, instance_id, ErrorCode.none))

@@ -467,21 +467,26 @@ class ConsumerGroupCoordinator:
             return False
         return True
 
-    async def _maybe_downgrade(self, group: ConsumerGroup, leaving_id: str) -> bool:
-        """Kafka's validateOnlineDowngradeWithFencedMember: when the last member of the consumer
-        protocol goes (leaves or is fenced) and classic members remain, the group becomes a
-        classic group again and rebalances. True if it did."""
-        if (not group.all_classic_except(leaving_id) or len(group.members) <= 1
-                or not self._downgrade_allowed(group, len(group.members) - 1)):
+    async def _maybe_downgrade(self, group: ConsumerGroup, leaving: str | set[str]) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember(s): when the last members of the
+        consumer protocol go (leave or are fenced) and classic members remain, the group becomes
+        a classic group again and rebalances. True if it did."""
+        if isinstance(leaving, str):
+            if not group.all_classic_except(leaving) or len(group.members) <= 1:
+                return False
+            leaving = {leaving}
+        elif not group.classic_only_without(leaving) or len(group.members) - len(leaving) <= 0:
             return False
-        await self._convert_to_classic(group, leaving_id, rebalance=True)
+        if not self._downgrade_allowed(group, len(group.members) - len(leaving)):
+            return False
+        await self._convert_to_classic(group, leaving, rebalance=True)
         return True
 
-    async def _convert_to_classic(self, group: ConsumerGroup, leaving_id: str | None, *, rebalance: bool) -> None:
+    async def _convert_to_classic(self, group: ConsumerGroup, leaving: set[str], *, rebalance: bool) -> None:
         """Kafka's convertToClassicGroup: a classic group Stable at the group epoch, every remaining
         member with its target assignment in the protocol they all support; the consumer group's
         tombstones and the classic group's record go in one append."""
-        remaining = [m for m in group.members.values() if m.member_id != leaving_id and m.classic is not None]
+        remaining = [m for m in group.members.values() if m.member_id not in leaving and m.classic is not None]
         names = self._topic_names()
         members = [ClassicMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
                                  m.classic.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, m.classic.protocols)
@@ -507,7 +512,7 @@ class ConsumerGroupCoordinator:
                 self._persisted[gid] = persisted
             raise
         self._unwritten.pop(gid, None)
-        log.info("consumer group downgraded to a classic group", group=gid, leaving=leaving_id,
+        log.info("consumer group downgraded to a classic group", group=gid, leaving=sorted(leaving),
                  members=len(remaining), protocol=self.classic.groups[gid].protocol_name, generation=group.epoch)
 
     # -- members of the classic protocol ---------------------------------------------------------
@@ -559,7 +564,7 @@ class ConsumerGroupCoordinator:
                  instance=member.instance_id, epoch=member.epoch, group_epoch=group.epoch)
         if downgrade:
             # A changed subscription makes the assignment stale: the classic group rebalances then.
-            await self._convert_to_classic(group, None, rebalance=group.epoch != epoch_before)
+            await self._convert_to_classic(group, set(), rebalance=group.epoch != epoch_before)
         else:
             await self.persist(group)
         assert member.classic is not None
@@ -613,10 +618,13 @@ class ConsumerGroupCoordinator:
         async with self._serialized(group_id):
             group = self.groups.get(group_id)
             if group is not None:
-                results = group.classic_leave(identities, self._all_topics(), self.assignors()[0])
-                for member_id, _instance, code in results:
-                    if code == ErrorCode.none:
-                        log.info("consumer group classic member left", group=group_id, member=member_id)
+                results, leaving = group.leaving_members(identities)
+                for member_id in sorted(leaving):
+                    log.info("consumer group member left through LeaveGroup", group=group_id, member=member_id,
+                             classic=group.members[member_id].classic is not None)
+                if leaving and await self._maybe_downgrade(group, leaving):
+                    return ErrorCode.none, results
+                group.remove_members(leaving, self._all_topics(), self.assignors()[0])
                 await self.persist(group)
                 return ErrorCode.none, results
         return self.classic.leave(group_id, identities)

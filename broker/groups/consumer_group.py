@@ -585,30 +585,46 @@ class ConsumerGroup:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def classic_leave(self, identities: list[tuple[str, str | None]], topics: Mapping[str, TopicInfo],
-                      default_assignor: str) -> list[tuple[str, str | None, ErrorCode]]:
-        """Kafka's classicGroupLeaveToConsumerGroup: members of the classic protocol leave (by id,
-        or by instance id alone); one result per identity, and one epoch bump for them all."""
+    def leaving_members(self, identities: list[tuple[str, str | None]]
+                        ) -> tuple[list[tuple[str, str | None, ErrorCode]], set[str]]:
+        """Kafka's classicGroupLeaveToConsumerGroup, the lookup half: each identity (a member id,
+        or an instance id with member id "" for an administrative removal) names a member of
+        either protocol. One result per identity, echoing the request's ids, and the member ids
+        to fence; nothing is removed yet."""
         results: list[tuple[str, str | None, ErrorCode]] = []
-        removed = False
+        leaving: set[str] = set()
         for member_id, instance_id in identities:
             try:
                 if instance_id is None:
-                    member = self.classic_member(member_id, None)
+                    if member_id not in self.members:
+                        raise KafkaError(ErrorCode.unknown_member_id,
+                                         f"Member {member_id} is not a member of group {self.group_id}.")
+                    found = member_id
                 else:
                     existing_id = self.static_members.get(instance_id)
-                    if existing_id is None:
+                    if existing_id is None or existing_id not in self.members:
                         raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
-                    member = self.classic_member(member_id or existing_id, instance_id)
+                    if member_id and member_id != existing_id:
+                        raise _fenced(member_id, instance_id, existing_id)
+                    found = existing_id
             except KafkaError as exc:
                 results.append((member_id, instance_id, exc.code))
                 continue
-            self.remove_member(member.member_id)
-            removed = True
-            results.append((member.member_id, instance_id, ErrorCode.none))
-        if removed:
+            leaving.add(found)
+            results.append((member_id, instance_id, ErrorCode.none))
+        return results, leaving
+
+    def classic_only_without(self, leaving: set[str]) -> bool:
+        """Kafka's allMembersUseClassicProtocolExcept(members): every member that stays uses the
+        classic protocol."""
+        return all(m.classic is not None for m in self.members.values() if m.member_id not in leaving)
+
+    def remove_members(self, leaving: set[str], topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+        """Fence `leaving` with one epoch bump for them all (Kafka's consumerGroupFenceMembers)."""
+        for member_id in sorted(leaving):
+            self.remove_member(member_id)
+        if leaving:
             self.refresh(topics, default_assignor, bump=True)
-        return results
 
     # -- metadata and target assignment ----------------------------------------------------------
 

@@ -495,12 +495,12 @@ def heartbeat_req(group: str, member_id: str, generation: int, *, version: int =
                                "group_instance_id": instance}))
 
 
-def leave_req(group: str, member_id: str, *, version: int = 5) -> Any:
+def leave_req(group: str, member_id: str, *, version: int = 5, instance: str | None = None) -> Any:
     cls = rk.req_cls(13, version)
     if version < 3:
         return cls(group_id=group, member_id=member_id)
     mcls = rk._nested(cls, "members")
-    return cls(group_id=group, members=(mcls(**rk._fit(mcls, {"member_id": member_id, "group_instance_id": None,
+    return cls(group_id=group, members=(mcls(**rk._fit(mcls, {"member_id": member_id, "group_instance_id": instance,
                                                               "reason": None})),))
 
 
@@ -861,3 +861,23 @@ def test_offset_delete(gbroker: BrokerProcess) -> None:
         m2, g2 = stable_single(raw, connect, protocol_type="connect")
         raw.request(offset_commit_req(connect, [(other, 0, 5)], generation=g2, member_id=m2))
         assert code(offset_delete(raw, connect, [(other, 0)]).error_code) == NON_EMPTY_GROUP
+
+
+def test_admin_removal_of_a_static_member_echoes_the_request_ids(gbroker: BrokerProcess) -> None:
+    """Admin removeMembersFromConsumerGroup sends LeaveGroup with member id "" and the instance id,
+    and matches the answer on both: Kafka echoes the request's ids (the Java Admin threw "was not
+    included in the removal response" when the broker answered the member's real id)."""
+    group = new_group("static")
+    with rk.RawClient(gbroker.bootstrap) as raw, rk.RawClient(gbroker.bootstrap) as admin:
+        first = raw.request(join_req(group, instance="inst-1"), timeout=TIMEOUT)  # static: no MEMBER_ID_REQUIRED
+        member, gen = first.member_id, first.generation_id
+        sync = raw.request(sync_req(group, member, gen, {member: b"A"}, instance="inst-1"))
+        assert code(sync.error_code) == NONE
+        resp = admin.request(leave_req(group, "", instance="inst-1"))
+        assert code(resp.error_code) == NONE
+        assert [(m.member_id, m.group_instance_id, code(m.error_code)) for m in resp.members] == [("", "inst-1", NONE)]
+        assert describe_groups(raw, group).group_state == "Empty"
+        assert code(raw.request(heartbeat_req(group, member, gen, instance="inst-1")).error_code) == UNKNOWN_MEMBER_ID
+        again = admin.request(leave_req(group, "", instance="inst-1"))
+        assert [(m.member_id, m.group_instance_id, code(m.error_code)) for m in again.members] == [
+            ("", "inst-1", UNKNOWN_MEMBER_ID)]

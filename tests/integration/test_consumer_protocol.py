@@ -428,3 +428,25 @@ def test_consumer_protocol_disabled_by_rebalance_protocols(make_broker: Any) -> 
         wait_for(consumed, TIMEOUT, message="a classic consumer of the same broker")
     finally:
         classic.close()
+
+
+def test_admin_removal_fences_members_of_the_consumer_protocol(cbroker: Broker) -> None:
+    """LeaveGroup (Admin removeMembersFromConsumerGroup) on a consumer group fences a member of the
+    consumer protocol too, by instance id (member id "") or by member id, echoing the request's ids
+    (Kafka's classicGroupLeaveToConsumerGroup); the member then has to join again."""
+    topic, group = new_name("t"), new_name("cg")
+    create_topic(cbroker.bootstrap, topic, partitions=2)
+    from tests.integration.test_consumer_groups import leave_req
+    with rk.RawClient(cbroker.bootstrap) as raw, rk.RawClient(cbroker.bootstrap) as admin:
+        static = join(raw, group, "s1", (topic,), instance="i1")
+        dynamic = join(raw, group, "d1", (topic,))
+        assert static.error_code == dynamic.error_code == NONE
+        resp = admin.request(leave_req(group, "", instance="i1"))
+        assert [(m.member_id, m.group_instance_id, m.error_code) for m in resp.members] == [("", "i1", NONE)]
+        resp = admin.request(leave_req(group, "d1"))
+        assert [(m.member_id, m.group_instance_id, m.error_code) for m in resp.members] == [("d1", None, NONE)]
+        desc = raw.request(rk.req_cls(69, 1)(group_ids=(group,), include_authorized_operations=False)).groups[0]
+        assert desc.members == () and desc.group_state == "Empty"
+        assert raw.request(hb_request(group, "d1", dynamic.member_epoch)).error_code == UNKNOWN_MEMBER_ID
+        resp = admin.request(leave_req(group, "s9", instance="nope"))
+        assert [(m.member_id, m.error_code) for m in resp.members] == [("s9", UNKNOWN_MEMBER_ID)]

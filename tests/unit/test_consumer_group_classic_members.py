@@ -334,46 +334,64 @@ def test_static_classic_member_replaced_by_new_member_id() -> None:
 # -- leaving -------------------------------------------------------------------------------------
 
 
-def test_classic_leave_by_member_id_and_instance_id() -> None:
+def leave(g: ConsumerGroup, identities: list[tuple[str, str | None]]) -> list[tuple[str, str | None, ErrorCode]]:
+    """LeaveGroup as the coordinator applies it when the group is not downgraded."""
+    results, leaving = g.leaving_members(identities)
+    g.remove_members(leaving, TOPICS, "uniform")
+    return results
+
+
+def test_leave_group_by_member_id_and_instance_id_fences_members_of_either_protocol() -> None:
+    """Kafka's classicGroupLeaveToConsumerGroup: any member, classic or consumer protocol, by id or
+    by instance id (member id "" for an administrative removal); the answer echoes the request's ids."""
     g = ConsumerGroup("g")
     classic_join(g, "c1")
     classic_join(g, "c2", instance_id="i2")
     classic_join(g, "c3")
     consumer_join(g, "m4")
+    consumer_join(g, "m5")
     epoch = g.epoch
-    results = g.classic_leave([("c1", None), ("", "i2"), ("nobody", None), ("m4", None), ("", "ghost")],
-                              TOPICS, "uniform")
+    results = leave(g, [("c1", None), ("", "i2"), ("nobody", None), ("m4", None), ("", "ghost")])
     assert results == [
         ("c1", None, ErrorCode.none),
-        ("c2", "i2", ErrorCode.none),
+        ("", "i2", ErrorCode.none),
         ("nobody", None, ErrorCode.unknown_member_id),
-        ("m4", None, ErrorCode.unknown_member_id),
+        ("m4", None, ErrorCode.none),
         ("", "ghost", ErrorCode.unknown_member_id),
     ]
-    assert set(g.members) == {"c3", "m4"}
+    assert set(g.members) == {"c3", "m5"}
     assert "i2" not in g.static_members
     assert g.epoch == epoch + 1
-    assert set(g.target) == {"c3", "m4"}
-    assert parts(g.target["c3"]) | parts(g.target["m4"]) == ALL
+    assert set(g.target) == {"c3", "m5"}
+    assert parts(g.target["c3"]) | parts(g.target["m5"]) == ALL
 
 
-def test_classic_leave_with_nobody_leaving_keeps_the_epoch() -> None:
+def test_leave_group_with_nobody_leaving_keeps_the_epoch() -> None:
     g = ConsumerGroup("g")
     classic_join(g, "c1")
     consumer_join(g, "m2")
     epoch = g.epoch
-    assert g.classic_leave([("m2", None), ("x", None)], TOPICS, "uniform") == [
-        ("m2", None, ErrorCode.unknown_member_id), ("x", None, ErrorCode.unknown_member_id)]
+    assert leave(g, [("m9", None), ("x", None)]) == [
+        ("m9", None, ErrorCode.unknown_member_id), ("x", None, ErrorCode.unknown_member_id)]
     assert g.epoch == epoch and set(g.members) == {"c1", "m2"}
 
 
-def test_classic_leave_by_instance_id_with_wrong_member_id_is_fenced() -> None:
+def test_leave_group_by_instance_id_with_wrong_member_id_is_fenced() -> None:
     g = ConsumerGroup("g")
     classic_join(g, "c1", instance_id="i1")
-    assert g.classic_leave([("other", "i1")], TOPICS, "uniform") == [("other", "i1", ErrorCode.fenced_instance_id)]
+    assert leave(g, [("other", "i1")]) == [("other", "i1", ErrorCode.fenced_instance_id)]
     assert set(g.members) == {"c1"}
-    assert g.classic_leave([("c1", "i1")], TOPICS, "uniform") == [("c1", "i1", ErrorCode.none)]
+    assert leave(g, [("c1", "i1")]) == [("c1", "i1", ErrorCode.none)]
     assert not g.members and g.state == "Empty"
+
+
+def test_classic_only_without() -> None:
+    g = ConsumerGroup("g")
+    classic_join(g, "c1")
+    consumer_join(g, "m1")
+    consumer_join(g, "m2")
+    assert not g.classic_only_without({"m1"}) and g.classic_only_without({"m1", "m2"})
+    assert g.classic_only_without({"m1", "m2", "c1"})
 
 
 # -- timers --------------------------------------------------------------------------------------

@@ -226,3 +226,18 @@ async def test_classic_static_member_replacing_the_last_consumer_member_downgrad
         assert synced.error == ErrorCode.none
         (topic, parts), = decode_assignment(synced.assignment)
         assert topic == "t" and len(parts) == 2
+
+
+async def test_leave_group_removing_the_last_consumer_member_downgrades(tmp_path: Path) -> None:
+    """Kafka's consumerGroupFenceMembers: an administrative LeaveGroup (Admin
+    removeMembersFromConsumerGroup) that fences the last member of the consumer protocol, while
+    classic members remain, downgrades the group as its leaving would; the answer echoes the ids."""
+    async with running_broker(tmp_path, SETTINGS) as b:
+        b.topics.create("t", 4, {}, now_ms())
+        classic_member = await _classic_stable_group(b, "g", "t", 4)
+        await b.consumer_groups._heartbeat("g", _join("c1", "t"))
+        assert b.group_type("g") == "consumer"
+        assert await b.consumer_groups.classic_leave("g", [("c1", None)]) == (ErrorCode.none, [("c1", None, ErrorCode.none)])
+        assert b.group_type("g") == "classic" and "g" not in b.consumer_groups.groups
+        classic = b.classic_groups.groups["g"]
+        assert set(classic.members) == {classic_member} and classic.state == PREPARING_REBALANCE

@@ -148,8 +148,9 @@ class MixedGroup(RuleBasedStateMachine):
     def classic_leave(self, client: str) -> None:
         if not self.member(client):
             return
-        results = self.group.classic_leave([(client, None)], TOPICS, SETTINGS.assignors[0])
-        assert results == [(client, None, ErrorCode.none)]
+        results, leaving = self.group.leaving_members([(client, None)])
+        assert results == [(client, None, ErrorCode.none)] and leaving == {client}
+        self.group.remove_members(leaving, TOPICS, SETTINGS.assignors[0])
         self.gone(client)
 
     # -- time ------------------------------------------------------------------------------------
