@@ -10,7 +10,6 @@ intervals (5 s here, 5 min by default) so that one prune cycle fits in the run."
 from __future__ import annotations
 
 import argparse
-import json
 import struct
 import sys
 import tempfile
@@ -35,17 +34,6 @@ GROUP = "bench-share-group"
 # broker log and data directory
 
 
-def log_events(broker: BrokerProcess, event: str) -> list[dict[str, Any]]:
-    out = []
-    for line in broker.log_text().splitlines():
-        if f'"{event}"' in line:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("event") == event:
-                out.append(rec)
-    return out
 
 
 def _ts(rec: dict[str, Any]) -> float:
@@ -222,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             pruned: list[dict[str, Any]] = []
             after = before
             while time.monotonic() < deadline:
-                pruned = [e for e in log_events(broker, "share state pruned") if _ts(e) >= t_end]
+                pruned = [e for e in broker.log_events("share state pruned") if _ts(e) >= t_end]
                 after = state_topic_figures(broker.data_dir)
                 if after["live_records"] <= 4:
                     break
@@ -236,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
 
             assert broker.stop() == 0
             broker.start()
-            replay = log_events(broker, "share state replayed")[-1]
+            replay = broker.log_events("share state replayed")[-1]
             print(f"restart: share state replayed {replay['records']:,} records "
                   f"({replay.get('share_partitions', '?')} share partitions) in {replay['replay_ms']} ms; "
                   f"broker ready in {broker.start_seconds * 1000:.0f} ms", flush=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import pytest
 
@@ -94,6 +94,9 @@ class ExternalBroker:
         _skip_external("restarts its broker")
 
     def log_text(self) -> str:
+        _skip_external("reads its broker's log")
+
+    def log_events(self, event: str) -> list[dict[str, Any]]:
         _skip_external("reads its broker's log")
 
     @property

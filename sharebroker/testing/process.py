@@ -3,6 +3,7 @@ users') and for scripts. Nothing here imports pytest."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -110,6 +111,20 @@ class BrokerProcess:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def log_events(self, event: str) -> list[dict[str, Any]]:
+        """The broker's structured log lines (JSON) whose event is `event`, oldest first."""
+        out = []
+        for line in self.log_text().splitlines():
+            if f'"{event}"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") == event:
+                out.append(record)
+        return out
 
 
 @contextmanager

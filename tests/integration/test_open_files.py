@@ -25,16 +25,6 @@ pytestmark = pytest.mark.needs_own_broker("sets the open-file limit of brokers o
 KAFKA_STORAGE_ERROR = 56
 
 
-def log_events(broker: BrokerProcess, event: str) -> list[dict[str, Any]]:
-    lines = []
-    for line in broker.log_text().splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if doc.get("event") == event:
-            lines.append(doc)
-    return lines
 
 
 def test_the_soft_limit_is_raised_to_the_hard_one_at_start(tmp_path: Path) -> None:
@@ -45,7 +35,7 @@ def test_the_soft_limit_is_raised_to_the_hard_one_at_start(tmp_path: Path) -> No
         with rk.RawClient(broker.bootstrap) as client:
             (result,) = rk.create_topics(client, ("wide", 200))
         assert (int(result.error_code), result.error_message) == (0, None)
-        (line,) = log_events(broker, "open file limit")
+        (line,) = broker.log_events("open file limit")
         assert (line["soft_before"], line["soft"], line["hard"]) == (256, 4096, 4096)
     finally:
         broker.kill()
@@ -61,7 +51,7 @@ def test_at_the_limit_new_connections_wait_in_the_backlog_and_are_served_once_a_
     try:
         # Each connection holds one descriptor: open them until the broker has none left (it
         # logs the pause when an accept is refused, before it answers the last one it took).
-        while not log_events(broker, PAUSED):
+        while not broker.log_events(PAUSED):
             client = rk.RawClient(broker.bootstrap, timeout=10)
             clients.append(client)
             assert int(client.request(rk.api_versions_request()).error_code) == 0
@@ -79,9 +69,9 @@ def test_at_the_limit_new_connections_wait_in_the_backlog_and_are_served_once_a_
         # One line for each episode, however often an accept was refused within it: as many pauses
         # as ends of pauses. (Closing the clients races with the next connect, so the descriptor
         # freed for `pending` can run out once more: a second, short episode.)
-        wait_for(lambda: len(log_events(broker, "accepting connections again")) == len(log_events(broker, PAUSED)),
+        wait_for(lambda: len(broker.log_events("accepting connections again")) == len(broker.log_events(PAUSED)),
                  message="every pause ended and logged once")
-        assert 1 <= len(log_events(broker, PAUSED)) <= 2
+        assert 1 <= len(broker.log_events(PAUSED)) <= 2
         assert broker.alive()
     finally:
         for client in clients:
@@ -129,7 +119,7 @@ def test_creating_topics_until_the_limit_answers_every_request_and_the_broker_ke
                                                                                               b"at the limit"]
 
             # Connections take the last descriptors: creating is refused even then, and answered.
-            while not log_events(broker, PAUSED):
+            while not broker.log_events(PAUSED):
                 client = rk.RawClient(broker.bootstrap, timeout=10)
                 clients.append(client)
                 client.request(rk.api_versions_request())
@@ -194,7 +184,7 @@ def test_a_segment_roll_at_the_limit_is_answered_and_done_once_descriptors_free(
                 return rk.produce(client, "rolling", 0, rk.encode_batch([rk.Rec(value=value)]))
 
             assert int(produce(b"a" * 700_000).error_code) == 0
-            while not log_events(broker, PAUSED):  # connections take every descriptor left
+            while not broker.log_events(PAUSED):  # connections take every descriptor left
                 other = rk.RawClient(broker.bootstrap, timeout=10)
                 clients.append(other)
                 other.request(rk.api_versions_request())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import struct
 import threading
 import time
@@ -123,18 +122,6 @@ def state_batches(bootstrap: str, group: str, tid: uuid.UUID, partition: int = 0
                             for b in p.state_batches]
 
 
-def log_events(broker: BrokerProcess, event: str) -> list[dict[str, Any]]:
-    out = []
-    for line in broker.log_text().splitlines():
-        if f'"{event}"' not in line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("event") == event:
-            out.append(rec)
-    return out
 
 
 def commit_ok(consumer: Any, topic: str, partition: int = 0) -> None:
@@ -531,7 +518,7 @@ def test_kill_under_share_load_never_redelivers_confirmed_records(make_broker, t
     assert not violations, (
         f"{len(violations)} deliveries of records after their acceptance was confirmed "
         f"(offset, confirm seq, (seq, offset, value, delivery count, consumer)): {violations[:10]}")
-    replays = log_events(broker, "share state replayed")
+    replays = broker.log_events("share state replayed")
     assert len(replays) >= kills, "the share state was not replayed at every restart"
 
 
@@ -625,14 +612,14 @@ def test_state_topic_stays_bounded_and_is_replayed(make_broker, topic_name):
         return f if f["written"] > commits and f["live_records"] <= 2 else None
     figures = wait_for(pruned_to_the_end, 15, interval=0.2,
                        message=f"a prune past {commits} state writes (now {state_topic_figures(broker)})")
-    assert log_events(broker, "share state pruned"), "no prune was logged"
+    assert broker.log_events("share state pruned"), "no prune was logged"
     assert figures["live_bytes"] <= 4096, figures
     s = state_summary(b, group, tid)  # SPSO is persisted lazily: n, or n - chunk with the last chunk
     assert n - chunk <= s.start_offset <= n, s
 
     assert broker.stop() == 0
     broker.start()
-    (replay,) = log_events(broker, "share state replayed")[-1:]
+    (replay,) = broker.log_events("share state replayed")[-1:]
     print(f"\ncommits={commits} state={figures} replayed={replay['records']} replay_ms={replay['replay_ms']}")
     assert 1 <= replay["records"] <= 50, f"replayed {replay['records']} records after {commits} state writes"
 
