@@ -28,6 +28,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="any setting, repeatable, e.g. -o num.partitions=3")
     p.add_argument("--log-format", choices=["console", "json"], default=os.environ.get("SHAREBROKER_LOG_FORMAT", "console"))
     p.add_argument("--log-level", default=os.environ.get("SHAREBROKER_LOG_LEVEL", "info"))
+    p.add_argument("--metrics-listener", metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (metrics.listener; off by default)")
     p.add_argument("--ready-file", metavar="FILE", help="write host:port here once listening (for tests and scripts)")
 
 
@@ -45,6 +47,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides[name.strip()] = value.strip()
     if args.listeners:
         overrides["listeners"] = args.listeners
+    if args.metrics_listener:
+        overrides["metrics.listener"] = args.metrics_listener
     if args.advertised_listeners:
         overrides["advertised.listeners"] = args.advertised_listeners
     if args.log_dirs:

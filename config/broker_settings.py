@@ -7,7 +7,7 @@ from sharebroker.config.definitions import INT_MAX, LONG_MAX, AtLeast, Between, 
 from sharebroker.config.listeners import parse_listeners, parse_protocol_map
 from sharebroker.config.topic_settings import CLEANUP_POLICIES, COMPRESSION_TYPES, GZIP_LEVEL, TIMESTAMP_TYPES
 
-__all__ = ["BROKER_CONFIGS", "BROKER_SYNONYM_GROUPS"]
+__all__ = ["BROKER_CONFIGS", "BROKER_SYNONYM_GROUPS", "parse_metrics_listener"]
 
 _SIMPLE_ASSIGNOR_NAMES = ("simple", "org.apache.kafka.coordinator.group.assignor.SimpleAssignor")
 _COMPAT = " Accepted for compatibility with Kafka configuration files; sharebroker is a single process and ignores it."
@@ -15,6 +15,19 @@ _COMPAT = " Accepted for compatibility with Kafka configuration files; sharebrok
 
 def _listeners_syntax(name: str, value: str) -> None:
     parse_listeners(value, name)
+
+
+def _metrics_listener_syntax(name: str, value: str | None) -> None:
+    if value is not None:
+        parse_metrics_listener(value, name)
+
+
+def parse_metrics_listener(value: str, name: str = "metrics.listener") -> tuple[str, int]:
+    """HOST:PORT (an empty host binds all interfaces, port 0 picks a free port) -> (host, port)."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError.invalid(name, value, "Expected HOST:PORT, e.g. 127.0.0.1:9404")
+    return host.strip("[]"), int(port)
 
 
 def _protocol_map_syntax(name: str, value: str) -> None:
@@ -61,6 +74,9 @@ def _broker_defs() -> list[ConfigDef]:
         d("broker.id", "int", -1, "Legacy name of node.id; if set, it must equal node.id."),
         d("cluster.id", "string", None, "sharebroker only: a fixed cluster id to report. When unset the broker uses "
           "the id stored in its log directory, creating one on first start."),
+        d("metrics.listener", "string", None, "sharebroker only: HOST:PORT of the HTTP endpoint serving Prometheus "
+          "metrics at /metrics (an empty host binds all interfaces, port 0 picks a free port). Unset (the default), "
+          "no metrics are kept.", _metrics_listener_syntax),
         d("process.roles", "list", (), "The roles of this node (broker, controller)." + _COMPAT, ListOf("broker", "controller")),
         d("controller.quorum.voters", "list", (), "KRaft controller voters." + _COMPAT),
         d("controller.quorum.bootstrap.servers", "list", (), "KRaft controller bootstrap servers." + _COMPAT),
