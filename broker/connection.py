@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import itertools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
 from sharebroker.broker.frames import FrameEnd, FrameProtocol
+from sharebroker.broker.metrics import Recorder
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.api_table import API_VERSIONS, api_name
 from sharebroker.protocol.codec import (
@@ -49,6 +51,10 @@ class Connection:
         self.client_id: str | None = None
         self.closed = False
         self._on_close: list[Callable[[Connection], Any]] = []
+        # The top-level error of a response a handler encodes itself (Fetch, ShareFetch), for metrics.
+        self.response_error: ErrorCode | None = None
+        self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
+        self._last_error: Any = None
 
     def on_close(self, callback: Callable[[Connection], Any]) -> None:
         """Run `callback(connection)` once when the connection ends (share sessions use it)."""
@@ -58,6 +64,7 @@ class Connection:
         log.info("connection opened", conn=self.id, peer=self.peer)
         reason = "client closed"
         frames = self._frames
+        metrics = self.broker.metrics
         try:
             while True:
                 frame = await frames.read_frame()
@@ -66,7 +73,12 @@ class Connection:
                     if frame.event is not None:
                         log.warning(frame.event, conn=self.id, peer=self.peer, **frame.fields)
                     break
-                response = await self._process(frame)
+                if metrics.enabled:
+                    started = time.perf_counter()
+                    response = await self._process(frame)
+                    self._record(metrics, frame, response, (time.perf_counter() - started) * 1000)
+                else:
+                    response = await self._process(frame)
                 frames.recycle(frame)
                 if response is None:
                     reason = "unservable request"
@@ -113,6 +125,7 @@ class Connection:
         except FrameError as exc:
             self._log_frame_error(exc)
             return None
+        self._last = (req.api_key, req.api_version)
         if self.client_id is None and req.client_id is not None:
             self.client_id = req.client_id
         handler = HANDLERS[req.api_key]
@@ -124,6 +137,7 @@ class Connection:
             from sharebroker.protocol.errors import error_code_for
 
             code, message = error_code_for(exc)
+            self.response_error = code
             fields = dict(conn=self.id, api=api_name(req.api_key), version=req.api_version,
                           correlation_id=req.correlation_id, error=code.name, message=message)
             if code == ErrorCode.unknown_server_error:
@@ -141,7 +155,26 @@ class Connection:
             return b""
         if isinstance(resp, list):
             return resp  # Fetch and ShareFetch encode their own frames, the records among them uncopied
+        self._last_error = getattr(resp, "error_code", None)
         return encode_response(req.correlation_id, resp)
+
+    def _record(self, metrics: Recorder, frame: bytes | memoryview, response: object, elapsed_ms: float) -> None:
+        """Count one request: its API and version, time, and the response's top-level error code
+        (NONE for responses without one; the handler's for Fetch and ShareFetch)."""
+        if self._last is None:
+            try:  # refused before a handler ran (unsupported version, bad frame)
+                api_key, api_version, _ = peek_header(frame)
+            except Exception:
+                return
+            error = "UNSUPPORTED_VERSION" if response else "INVALID_REQUEST"
+        else:
+            api_key, api_version = self._last
+            code = self.response_error if self.response_error is not None else self._last_error
+            error = "NONE" if code is None else ErrorCode(code).name.upper()
+        self._last = None
+        self._last_error = None
+        self.response_error = None
+        metrics.request(api_key, api_version, elapsed_ms, error)
 
     def _log_frame_error(self, exc: FrameError) -> None:
         log.warning("unservable request, closing connection", conn=self.id, peer=self.peer,

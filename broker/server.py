@@ -26,6 +26,7 @@ from sharebroker.broker.groups.directory import GroupType
 from sharebroker.broker.groups.group_log import GroupLog
 from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.memory import trim_heap, tune_allocator
+from sharebroker.broker.metrics import NULL_RECORDER, MetricsRecorder, Recorder
 from sharebroker.broker.open_files import raise_limit
 from sharebroker.broker.clock import Clock, LoopClock
 from sharebroker.storage.files import LogDirLock
@@ -68,6 +69,11 @@ class Broker:
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
                                      max_sessions=config["group.share.max.share.sessions"])
         self.share_groups.leaders = self.share
+        # Metrics only when metrics.listener is set: otherwise every hook is the null recorder's no-op.
+        self.metrics: Recorder = MetricsRecorder() if config["metrics.listener"] else NULL_RECORDER
+        self._metrics_endpoint: Any = None
+        for owner in (self.share, self.share_groups, self.classic_groups, self.consumer_groups):
+            owner.metrics = self.metrics
         self.flusher: Flusher | None = None
         self.features_epoch = 0
         self.ready_file = ready_file
@@ -155,6 +161,8 @@ class Broker:
                 log.exception("stopping after a failed start failed")
             raise
         self._start_timers()
+        if isinstance(self.metrics, MetricsRecorder):
+            await self._start_metrics(self.metrics)
         startup_ms = (time.perf_counter() - t0) * 1000
         first = self.config.listeners[0].name
         log.info("broker started", listeners=", ".join(f"{name}://{host}:{port}" for name, (host, port) in self._bound.items()),
@@ -191,6 +199,23 @@ class Broker:
         for acceptor in self._acceptors:
             acceptor.start()
         self.port = self._bound[self.config.listeners[0].name][1]
+
+    async def _start_metrics(self, recorder: MetricsRecorder) -> None:
+        # Imported here: prometheus_client is loaded only by a broker that serves metrics.
+        from sharebroker.broker.metrics_endpoint import MetricsEndpoint, registry_for
+        from sharebroker.config.broker_settings import parse_metrics_listener
+
+        host, port = parse_metrics_listener(self.config["metrics.listener"])
+        self._metrics_endpoint = MetricsEndpoint(registry_for(self, recorder), host, port)
+        try:
+            await self._metrics_endpoint.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    def open_connections(self) -> list[Connection]:
+        """The client connections open now."""
+        return list(self._open)
 
     def _connect_failed(self, task: asyncio.Task[Any], *, sock: socket.socket) -> None:
         if task.cancelled() or task.exception() is None:
@@ -257,6 +282,9 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker stopping")
+        if self._metrics_endpoint is not None:
+            await self._metrics_endpoint.stop()
+            self._metrics_endpoint = None
         for acceptor in self._acceptors:
             acceptor.close()
         for task in list(self._connections):

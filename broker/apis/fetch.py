@@ -252,6 +252,12 @@ def _response_topics(answers: Iterable[tuple[CachedPartition, FetchPartition]], 
 def _respond(broker: Broker, conn: Connection, req: DecodedRequest, read: _Read,
              answers: Iterable[tuple[CachedPartition, FetchPartition]], session_id: int) -> list[Buffer]:
     v = req.api_version
+    metrics = broker.metrics
+    if metrics.enabled:
+        answers = list(answers)
+        for cp, entry in answers:
+            if entry.records:
+                metrics.fetched(cp.topic or "", len(entry.records))
     endpoints: tuple[NodeEndpoint, ...] = ()
     if read.leader_moved:
         # the leader as a client on this listener reaches it
@@ -268,6 +274,7 @@ def _refuse(conn: Connection, req: DecodedRequest, code: ErrorCode, message: str
     if held is not None:
         log.info("fetch session refused", error=code.name, message=message, session_id=session_id, session_epoch=epoch,
                  version=req.api_version, conn=conn.id, client_id=conn.client_id, repeats_not_logged=held)
+    conn.response_error = code
     return encode_fetch_response(req.correlation_id, req.api_version, (), error_code=code, session_id=answer_session_id)
 
 

@@ -57,6 +57,8 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
         partition.producers.record(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
                                    result.first_offset, result.last_offset, batch.max_timestamp,
                                    transactional=batch.is_transactional)
+    if broker.metrics.enabled:
+        broker.metrics.produced(topic.name, batch.record_count, batch.size)
     if result.rolled:
         # After the producer state took this batch in: the roll's snapshot is taken at the log
         # end offset, which already counts it.

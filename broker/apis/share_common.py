@@ -49,20 +49,41 @@ async def apply_acknowledgements(broker: Broker, group_id: str, member_id: str, 
     if not batches:
         return ErrorCode.none, None
     acks = [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
+    partition, code, message = resolve_partition(broker, topic_id, index)
+    metrics = broker.metrics
+    topic = partition.topic.name if partition is not None else None
     problem = validate_acknowledgement_batches(acks, version=version, is_renew=is_renew)
     if problem is not None:
+        metrics.share_acknowledged(topic, None, True)
         return ErrorCode.invalid_request, problem
-    partition, code, message = resolve_partition(broker, topic_id, index)
     if partition is None:
+        metrics.share_acknowledged(topic, None, True)
         return code, message  # type: ignore[return-value]
     leader = broker.share.existing_leader(group_id, topic_id, index)
     if leader is None:
+        metrics.share_acknowledged(topic, None, True)
         return ErrorCode.unknown_topic_or_partition, "The share partition is not loaded on this broker."
     try:
         await leader.acknowledge(member_id, acks, is_renew=is_renew)
     except KafkaError as exc:
+        metrics.share_acknowledged(topic, None, True)
         return exc.code, exc.message
+    if metrics.enabled:
+        metrics.share_acknowledged(topic, _records_by_type(acks), False)
     return ErrorCode.none, None
+
+
+def _records_by_type(acks: list[tuple[int, int, list[int]]]) -> dict[int, int]:
+    """Records per acknowledge type: one addition per batch, or a C-level count for the batches
+    that carry a type per record."""
+    counts: dict[int, int] = {}
+    for first, last, types in acks:
+        if len(types) == 1:
+            counts[types[0]] = counts.get(types[0], 0) + last - first + 1
+        else:
+            for t in set(types):
+                counts[t] = counts.get(t, 0) + types.count(t)
+    return counts
 
 
 def current_leader(broker: Broker, partition: Any) -> dict[str, int]:

@@ -81,6 +81,8 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
     mode = AcquireMode(getattr(body, "share_acquire_mode", 0) or 0)
     per_partition_bytes = max(1, min(body.max_bytes // len(leaders), _READ_CAP_BYTES))
 
+    metrics = broker.metrics
+
     def attempt() -> bool:
         """One pass over the leaders; whether anything was acquired."""
         for gone in [entry for entry in leaders if entry[2].fenced]:
@@ -109,6 +111,8 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
                 remaining -= sum(r.last_offset - r.first_offset + 1 for r in acq.acquired)
                 e = entries.setdefault(key, _entry(broker, key[1], partition))
                 e.records = acq.records
+                if metrics.enabled:
+                    metrics.fetched(partition.topic.name, len(acq.records))
                 e.acquired_records = [AcquiredRecords(r.first_offset, r.last_offset, r.delivery_count)
                                       for r in acq.acquired]
                 session.move_to_end(key)
@@ -133,6 +137,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     def top_error(code: ErrorCode, message: str) -> list[Buffer]:
         log.warning("share fetch refused", conn=conn.id, group=group_id, member=member_id, epoch=epoch,
                     error=code.name, message=message)
+        conn.response_error = code
         return encode_share_fetch_response(req.correlation_id, v, (), error_code=code, error_message=message)
 
     requested = merge_topics(body.topics)

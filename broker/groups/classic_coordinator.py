@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import classic_records as crec
 from sharebroker.broker.groups.classic_group import (
     DEAD,
@@ -55,6 +56,8 @@ FetchedOffset = tuple[int, int, int, str, ErrorCode]
 
 
 class ClassicGroupCoordinator:
+    metrics: Recorder = NULL_RECORDER  # counts rebalances; the broker sets its recorder
+
     def __init__(self, config: BrokerConfig, clock: Clock, topics: Topics, group_log: GroupLog,
                  groups: GroupDirectory) -> None:
         self.config = config
@@ -218,7 +221,10 @@ class ClassicGroupCoordinator:
         if writes:
             self._spawn(self._write_metadata(group, writes))
         seen = (group.state, group.generation_id)
-        if self._seen.get(group.group_id) != seen:
+        previous = self._seen.get(group.group_id)
+        if previous != seen:
+            if (previous is None or previous[1] != seen[1]) and seen[1] > 0 and group.members:
+                self.metrics.rebalance("classic")  # a new generation with members: a rebalance completed its join
             self._seen[group.group_id] = seen
             log.info("classic group state", group=group.group_id, state=group.state,
                      generation=group.generation_id, members=len(group.members),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import consumer_records as rec
 from sharebroker.broker.groups.assignors import assignor_name
 from sharebroker.broker.groups.classic_group import ClassicGroup, ClassicMember, JoinResult, SyncResult
@@ -102,6 +103,8 @@ def _current_key(c: CurrentAssignment) -> tuple:
 
 
 class ConsumerGroupCoordinator:
+    metrics: Recorder = NULL_RECORDER  # counts rebalances; the broker sets its recorder
+
     def __init__(self, config: BrokerConfig, clock: Clock, topics: Topics, group_log: GroupLog,
                  groups: GroupDirectory, group_configs: Callable[[str], GroupConfig],
                  classic: ClassicGroupCoordinator) -> None:
@@ -265,6 +268,8 @@ class ConsumerGroupCoordinator:
         await self.group_log.append(gid, records)
         self._persisted[gid] = new
         self._unwritten.pop(gid, None)
+        if new.epoch != old.epoch:
+            self.metrics.rebalance("consumer")
 
     # -- serialization per group -----------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import records as grec
 from sharebroker.broker.groups.share_group import (
     ShareGroup,
@@ -53,6 +54,8 @@ class ShareLeaders(Protocol):
 
 
 class ShareGroupCoordinator:
+    metrics: Recorder = NULL_RECORDER  # counts rebalances; the broker sets its recorder
+
     def __init__(self, config: BrokerConfig, log_dir: Path, clock: Clock, topics: Topics, group_log: GroupLog,
                  persister: Persister, groups: GroupDirectory) -> None:
         self.broker_config = config
@@ -184,6 +187,8 @@ class ShareGroupCoordinator:
         except BaseException:
             group.give_back_changes(changed, left, initialized)  # retried with the next write
             raise
+        if self._persisted_epoch.get(gid) != epoch:
+            self.metrics.rebalance("share")
         self._persisted_epoch[gid] = epoch
         persisted.update(written)
         persisted.difference_update(gone)

@@ -32,10 +32,11 @@ _by_bfirst = attrgetter("bfirst")
 class Txn:
     """One two-phase update (an acknowledgement or a release): the pieces it marked in transition."""
 
-    __slots__ = ("pieces",)
+    __slots__ = ("pieces", "at_limit")
 
     def __init__(self) -> None:
         self.pieces: list[Piece] = []
+        self.at_limit = 0  # records it archives because they reached the delivery count limit
 
 
 class Piece:

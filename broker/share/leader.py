@@ -6,6 +6,7 @@ acquisition-lock timer, and wakes waiting ShareFetch requests when records becom
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.clock import Clock, TimerHandle
+from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.share.partition import (
     AcquiredRange,
     AcquireMode,
@@ -74,7 +76,8 @@ class LeaderHost(Protocol):
 
 class SharePartitionLeader:
     def __init__(self, host: LeaderHost, persister: Persister, clock: Clock, group_id: str,
-                 partition: Partition) -> None:
+                 partition: Partition, *, metrics: Recorder = NULL_RECORDER) -> None:
+        self.metrics = metrics
         self.owner = host
         self.persister = persister
         self.clock = clock
@@ -95,6 +98,11 @@ class SharePartitionLeader:
     @property
     def key(self) -> tuple[str, Any, int]:
         return (self.group_id, self.topic_id, self.partition.index)
+
+    @property
+    def metrics_key(self) -> tuple[str, str, int]:
+        """(group, topic name, partition): the labels of its share-partition metrics."""
+        return (self.group_id, self.partition.topic.name, self.partition.index)
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -117,6 +125,7 @@ class SharePartitionLeader:
         return self.sp
 
     async def _load(self) -> None:
+        started = time.perf_counter() if self.metrics.enabled else 0.0
         try:
             state = await self.persister.read(self.group_id, self.topic_id, self.partition.index, self.partition.leader_epoch)
         except KafkaError as exc:
@@ -136,6 +145,8 @@ class SharePartitionLeader:
         if sp.start_offset < plog.log_start_offset:
             sp.move_log_start(plog.log_start_offset)
         self.sp = sp
+        if self.metrics.enabled:
+            self.metrics.share_partition_loaded((time.perf_counter() - started) * 1000)
         initial = sp.take_initial_write()
         if initial is not None:
             await self._persist(initial, ignore_failure=True)
@@ -191,6 +202,8 @@ class SharePartitionLeader:
         self._writes_in_flight -= 1
         self._persisted_start = max(self._persisted_start, write.start_offset)
         sp.commit(write, now_ms=self.clock.monotonic_ms())
+        if write.kind != "expiry" and self.metrics.enabled and (at_limit := write.archived_at_limit):
+            self.metrics.archived_at_limit(self.metrics_key, at_limit)  # expiry's are counted when they apply
         self._after_change()
         if self._writes_in_flight == 0 and sp.start_offset > self._persisted_start and not self.fenced:
             # Writes that overlapped each other each computed the start offset without the
@@ -332,6 +345,10 @@ class SharePartitionLeader:
         if write is None:
             self._arm_timer()
             return
+        if self.metrics.enabled:
+            self.metrics.locks_expired(self.metrics_key, write.expired)
+            if write.expired_at_limit:
+                self.metrics.archived_at_limit(self.metrics_key, write.expired_at_limit)
         self._spawn(self._persist(write))
         self._arm_timer()
         self.owner.wake(self)

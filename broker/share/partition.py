@@ -129,6 +129,13 @@ class StateWrite:
     kind: str = "acknowledge"
     _txn: Txn | None = field(default=None, repr=False)
     _settled: bool = field(default=False, repr=False)
+    expired: int = 0  # an expiry write: records whose lock ran out
+    expired_at_limit: int = 0  # ... of which archived at the delivery count limit
+
+    @property
+    def archived_at_limit(self) -> int:
+        """Records this write archives because they reached share.delivery.count.limit."""
+        return self._txn.at_limit if self._txn is not None else self.expired_at_limit
 
 
 def validate_acknowledgement_batches(
@@ -276,6 +283,14 @@ class SharePartition:
     def in_flight_count(self) -> int:
         """SPEO - SPSO + 1, or 0 when nothing is cached (what the in-flight limit counts)."""
         return self.end_offset - self.start_offset + 1 if self._map else 0
+
+    def in_flight_batch_count(self) -> int:
+        """In-flight state ranges (Kafka's InFlightBatchCount counts its cached batches)."""
+        return len(self._map)
+
+    def acquired_count(self) -> int:
+        """Records ACQUIRED right now (walks the ranges: for a scrape, not for the hot path)."""
+        return sum(p.last - p.first + 1 for p in self._map.pieces if p.state is ACQUIRED)
 
     def in_flight_ranges(self) -> list[tuple[int, int, RecordState, int, str]]:
         return [(p.first, p.last, p.state, p.count, p.owner) for p in self._map.pieces]
@@ -781,16 +796,22 @@ class SharePartition:
         out: list[PersistedBatch] = []
         lo: int | None = None
         hi: int | None = None
+        expired = at_limit = 0
+        limit = limits.delivery_count_limit
         while (p := m.pop_expired(now_ms)) is not None:
             i = m.index_of(p)
             for q in self._expire_piece(i, limits):
                 out.append(PersistedBatch(q.first, q.last, int(q.state), q.count))
                 lo = q.first if lo is None else min(lo, q.first)
                 hi = q.last if hi is None else max(hi, q.last)
+                expired += q.last - q.first + 1
+                if q.state is ARCHIVED and q.count >= limit:
+                    at_limit += q.last - q.first + 1
         if not out or lo is None or hi is None:
             return None
         m.coalesce(lo, hi)
-        return StateWrite(*self._settled_start(None), _coalesce_batches(out), "expiry")
+        return StateWrite(*self._settled_start(None), _coalesce_batches(out), "expiry",
+                          expired=expired, expired_at_limit=at_limit)
 
     def _expire_piece(self, i: int, limits: ShareLimits) -> list[Piece]:
         """Move piece i out of ACQUIRED after its lock expired (split at SPSO if needed)."""
@@ -880,6 +901,7 @@ class SharePartition:
                           limits: ShareLimits) -> None:
         if target is AVAILABLE and p.count >= limits.delivery_count_limit:
             target = ARCHIVED
+            txn.at_limit += p.last - p.first + 1
         p.prev = (p.state, p.count, p.owner, p.deadline)
         p.txn = txn
         txn.pieces.append(p)

@@ -8,6 +8,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sharebroker.broker.clock import Clock
+from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.share.leader import OffsetReset, SharePartitionLeader
 from sharebroker.broker.share.partition import ShareLimits
 from sharebroker.broker.share_state.persister import Persister
@@ -39,6 +40,7 @@ class SharePartitions:
         self.sessions = ShareSessionCache(max_sessions)  # group.share.max.share.sessions
         self._waiters: dict[LeaderKey, set[asyncio.Future[None]]] = {}
         self._bound: set[int] = set()  # ids of connections whose close releases their sessions
+        self.metrics: Recorder = NULL_RECORDER  # the broker's, when metrics.listener is set
 
     # -- configuration the leaders read -----------------------------------------------------------
 
@@ -54,7 +56,7 @@ class SharePartitions:
         key = (group_id, partition.topic.topic_id, partition.index)
         leader = self.leaders.get(key)
         if leader is None:
-            leader = SharePartitionLeader(self, self.persister, self.clock, group_id, partition)
+            leader = SharePartitionLeader(self, self.persister, self.clock, group_id, partition, metrics=self.metrics)
             self.leaders[key] = leader
         return leader
 

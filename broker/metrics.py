@@ -1,0 +1,148 @@
+"""What the broker counts for its Prometheus endpoint (`metrics.listener`), and the null recorder
+used when that is off.
+
+The hot paths call a recorder once per request, per partition of a request, or per state write,
+never per record; a recorder only adds to plain dicts and lists, which the collector
+(`metrics_endpoint.py`) turns into metric families at scrape time. Gauges (log offsets, in-flight
+records, groups by state, connections) are not recorded at all: they are read from the broker's
+state when scraped. With metrics off the broker holds `NULL_RECORDER`, whose methods do nothing, and
+the connection does not even read the clock (`enabled` is False)."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder"]
+
+# Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
+# their MaxWaitMs, so the buckets reach well past the clients' default 500 ms.
+LATENCY_BUCKETS_MS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
+                      10000.0, 30000.0)
+# Share-partition load time (a __share_group_state read): usually well under a millisecond.
+LOAD_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0, 5000.0)
+
+# The acknowledgement types Kafka's ShareGroupMetrics counts (AcknowledgeType ids; gaps are not counted).
+ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
+
+ShareKey = tuple[str, str, int]  # (group, topic, partition)
+
+
+class Histogram:
+    """Cumulative-at-scrape bucket counts and a sum; `observe` is one bisect and two additions."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, count) pairs as Prometheus wants them: cumulative, ending with +Inf."""
+        out: list[tuple[str, int]] = []
+        total = 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts):
+            total += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), total))
+        return out
+
+
+class Recorder:
+    """The null recorder: every hook does nothing (metrics.listener unset)."""
+
+    enabled = False
+
+    def request(self, api_key: int, version: int, elapsed_ms: float, error: str) -> None:
+        """One request answered (or closed on): its API, version, time and top-level error name."""
+
+    def produced(self, topic: str, records: int, size: int) -> None:
+        """One partition's batch appended (BrokerTopicMetrics MessagesInPerSec, BytesInPerSec)."""
+
+    def fetched(self, topic: str, size: int) -> None:
+        """Record bytes answered to a Fetch or ShareFetch for one partition (BytesOutPerSec)."""
+
+    def share_acknowledged(self, topic: str | None, counts: dict[int, int] | None, failed: bool) -> None:
+        """One partition's acknowledgements of a ShareFetch or ShareAcknowledge: records per type
+        when they were applied, and whether the partition was answered with an error."""
+
+    def share_partition_loaded(self, elapsed_ms: float) -> None:
+        """A share partition's state was read from the share coordinator (PartitionLoadTimeMs)."""
+
+    def locks_expired(self, key: ShareKey, records: int) -> None:
+        """Acquisition locks ran out on `records` records (AcquisitionLockTimeoutPerSec)."""
+
+    def archived_at_limit(self, key: ShareKey, records: int) -> None:
+        """Records archived because they reached share.delivery.count.limit."""
+
+    def rebalance(self, protocol: str) -> None:
+        """A group's epoch (or a classic group's generation) moved on."""
+
+
+class MetricsRecorder(Recorder):
+    """The counting recorder (metrics.listener set)."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[int, int], int] = {}
+        self.latency: dict[int, Histogram] = {}
+        self.errors: dict[tuple[int, str], int] = {}
+        self.messages_in: dict[str, int] = {}
+        self.bytes_in: dict[str, int] = {}
+        self.bytes_out: dict[str, int] = {}
+        self.share_ack_requests: dict[str, int] = {}
+        self.share_ack_failed: dict[str, int] = {}
+        self.record_acks: dict[int, int] = dict.fromkeys(ACK_TYPE_NAMES, 0)
+        self.partition_load = Histogram(LOAD_BUCKETS_MS)
+        self.lock_timeouts: dict[ShareKey, int] = {}
+        self.at_limit: dict[ShareKey, int] = {}
+        self.rebalances: dict[str, int] = {"classic": 0, "consumer": 0, "share": 0}
+
+    def request(self, api_key: int, version: int, elapsed_ms: float, error: str) -> None:
+        requests = self.requests
+        key = (api_key, version)
+        requests[key] = requests.get(key, 0) + 1
+        hist = self.latency.get(api_key)
+        if hist is None:
+            hist = self.latency[api_key] = Histogram(LATENCY_BUCKETS_MS)
+        hist.observe(elapsed_ms)
+        errors = self.errors
+        ekey = (api_key, error)
+        errors[ekey] = errors.get(ekey, 0) + 1
+
+    def produced(self, topic: str, records: int, size: int) -> None:
+        self.messages_in[topic] = self.messages_in.get(topic, 0) + records
+        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + size
+
+    def fetched(self, topic: str, size: int) -> None:
+        self.bytes_out[topic] = self.bytes_out.get(topic, 0) + size
+
+    def share_acknowledged(self, topic: str | None, counts: dict[int, int] | None, failed: bool) -> None:
+        if topic is not None:
+            self.share_ack_requests[topic] = self.share_ack_requests.get(topic, 0) + 1
+            if failed:
+                self.share_ack_failed[topic] = self.share_ack_failed.get(topic, 0) + 1
+        if counts:
+            acks = self.record_acks
+            for ack_type, n in counts.items():
+                if ack_type in acks:
+                    acks[ack_type] += n
+
+    def share_partition_loaded(self, elapsed_ms: float) -> None:
+        self.partition_load.observe(elapsed_ms)
+
+    def locks_expired(self, key: ShareKey, records: int) -> None:
+        self.lock_timeouts[key] = self.lock_timeouts.get(key, 0) + records
+
+    def archived_at_limit(self, key: ShareKey, records: int) -> None:
+        self.at_limit[key] = self.at_limit.get(key, 0) + records
+
+    def rebalance(self, protocol: str) -> None:
+        self.rebalances[protocol] = self.rebalances.get(protocol, 0) + 1
+
+
+NULL_RECORDER = Recorder()

@@ -1,0 +1,258 @@
+"""The Prometheus endpoint (`metrics.listener`): GET /metrics in the text exposition format, served on
+the broker's own event loop, and the collector that builds the metric families at scrape time.
+
+Names are Kafka's metrics as the Prometheus JMX exporter's Kafka configuration turns them into
+Prometheus names (lowercased, `kafka_<domain>_<type>_<name>`, a Yammer meter `FooPerSec` as the
+counter `foo_total`, a histogram as a Prometheus histogram, tags as labels), so dashboards written
+for a Kafka broker find the same series here. The README lists them. Only imported when metrics are
+on, so prometheus_client costs nothing at start-up otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sharebroker.broker.metrics import ACK_TYPE_NAMES, Histogram, MetricsRecorder
+from sharebroker.broker.structured_log import get_logger
+from sharebroker.protocol.api_table import api_name
+
+if TYPE_CHECKING:
+    from sharebroker.broker.server import Broker
+
+log = get_logger("sharebroker.metrics")
+
+_SHARE_STATES = ("Empty", "Stable", "Dead")
+_CONSUMER_STATES = ("Empty", "Assigning", "Reconciling", "Stable", "Dead")
+_CLASSIC_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
+_REQUEST_HEAD_LIMIT = 16 * 1024
+_REQUEST_TIMEOUT_S = 10.0
+
+
+def _counter(name: str, doc: str, labels: Iterable[str], values: Iterable[tuple[tuple[str, ...], float]]) -> Metric:
+    family = CounterMetricFamily(name, doc, labels=list(labels))
+    for label_values, value in values:
+        family.add_metric(list(label_values), value)
+    return family
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str], values: Iterable[tuple[tuple[str, ...], float]]) -> Metric:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    for label_values, value in values:
+        family.add_metric(list(label_values), value)
+    return family
+
+
+def _histogram(name: str, doc: str, labels: list[str], items: Iterable[tuple[tuple[str, ...], Histogram]]) -> Metric:
+    family = HistogramMetricFamily(name, doc, labels=labels)
+    for label_values, hist in items:
+        family.add_metric(list(label_values), hist.cumulative(), hist.sum)
+    return family
+
+
+class BrokerCollector(Collector):
+    """Counters from the recorder, gauges from the broker's state, both read at scrape time on the
+    event loop (so they see one consistent state, and nothing is locked)."""
+
+    def __init__(self, broker: Broker, recorder: MetricsRecorder) -> None:
+        self.broker = broker
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._topics()
+        yield from self._logs()
+        yield from self._connections()
+        yield from self._groups()
+        yield from self._share()
+
+    def _requests(self) -> Iterator[Metric]:
+        r = self.recorder
+        yield _counter("kafka_network_requestmetrics_requests", "Requests received (RequestsPerSec).",
+                       ["request", "version"],
+                       (((api_name(k), str(v)), n) for (k, v), n in sorted(r.requests.items())))
+        yield _histogram("kafka_network_requestmetrics_totaltimems",
+                         "Time from a request's arrival to its encoded response, in ms (TotalTimeMs).", ["request"],
+                         (((api_name(k),), h) for k, h in sorted(r.latency.items())))
+        yield _counter("kafka_network_requestmetrics_errors",
+                       "Responses by top-level error code, NONE included (ErrorsPerSec).", ["request", "error"],
+                       (((api_name(k), e), n) for (k, e), n in sorted(r.errors.items())))
+
+    def _topics(self) -> Iterator[Metric]:
+        r = self.recorder
+        for name, doc, values in (
+                ("messagesin", "Records appended by producers (MessagesInPerSec).", r.messages_in),
+                ("bytesin", "Record-batch bytes appended by producers (BytesInPerSec).", r.bytes_in),
+                ("bytesout", "Record-batch bytes sent to Fetch and ShareFetch (BytesOutPerSec).", r.bytes_out),
+                ("totalshareacknowledgementrequests",
+                 "Partitions acknowledged in ShareFetch and ShareAcknowledge requests "
+                 "(TotalShareAcknowledgementRequestsPerSec).", r.share_ack_requests),
+                ("failedshareacknowledgementrequests",
+                 "Partition acknowledgements answered with an error (FailedShareAcknowledgementRequestsPerSec).",
+                 r.share_ack_failed)):
+            yield _counter(f"kafka_server_brokertopicmetrics_{name}", doc, ["topic"],
+                           (((topic,), n) for topic, n in sorted(values.items())))
+
+    def _logs(self) -> Iterator[Metric]:
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "First offset of the partition (LogStartOffset).",
+                                  labels=["topic", "partition"])
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Offset of the next record appended (LogEndOffset).",
+                                labels=["topic", "partition"])
+        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's segments (Size).",
+                                 labels=["topic", "partition"])
+        segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the partition (NumLogSegments).",
+                                     labels=["topic", "partition"])
+        for p in self.broker.topics.all_partitions():
+            labels = [p.topic.name, str(p.index)]
+            plog = p.log
+            start.add_metric(labels, plog.log_start_offset)
+            end.add_metric(labels, plog.log_end_offset)
+            size.add_metric(labels, plog.size_bytes)
+            segments.add_metric(labels, len(plog.segments))
+        yield from (start, end, size, segments)
+
+    def _connections(self) -> Iterator[Metric]:
+        counts = dict.fromkeys((listener.name for listener in self.broker.config.listeners), 0)
+        for conn in self.broker.open_connections():
+            counts[conn.listener] = counts.get(conn.listener, 0) + 1
+        yield _gauge("kafka_server_socket_server_metrics_connection_count", "Open client connections (connection-count).",
+                     ["listener"], (((name,), n) for name, n in counts.items()))
+
+    def _groups(self) -> Iterator[Metric]:
+        broker = self.broker
+        share: dict[str, int] = dict.fromkeys(_SHARE_STATES, 0)
+        for g in broker.share_groups.groups.values():
+            share[g.state] = share.get(g.state, 0) + 1
+        consumer: dict[str, int] = dict.fromkeys(_CONSUMER_STATES, 0)
+        for _gid, _ptype, state, _type in broker.consumer_groups.listing():
+            consumer[state] = consumer.get(state, 0) + 1
+        classic: dict[str, int] = dict.fromkeys(_CLASSIC_STATES, 0)
+        for cg in broker.classic_groups.groups.values():
+            classic[cg.state] = classic.get(cg.state, 0) + 1
+        prefix = "kafka_server_group_coordinator_metrics"
+        yield _gauge(f"{prefix}_group_count", "Groups by rebalance protocol (group-count).", ["protocol"],
+                     ((("classic",), sum(classic.values()) - classic["Dead"]),
+                      (("consumer",), sum(consumer.values()) - consumer["Dead"]),
+                      (("share",), sum(share.values()) - share["Dead"])))
+        yield _gauge(f"{prefix}_share_group_count", "Share groups by state (share-group-count).", ["state"],
+                     (((s,), n) for s, n in share.items()))
+        yield _gauge(f"{prefix}_consumer_group_count", "Consumer-protocol groups by state (consumer-group-count).",
+                     ["state"], (((s,), n) for s, n in consumer.items()))
+        for state, n in classic.items():
+            yield _gauge(f"kafka_coordinator_group_groupmetadatamanager_numgroups{state.lower()}",
+                         f"Classic groups in state {state} (NumGroups{state}).", [], [((), n)])
+        yield _gauge("kafka_coordinator_group_groupmetadatamanager_numgroups", "Classic groups (NumGroups).", [],
+                     [((), sum(classic.values()) - classic["Dead"])])
+        rebalances = self.recorder.rebalances
+        # Kafka's meters' -count attributes, exported as counters (Prometheus computes the -rate).
+        yield _counter(f"{prefix}_share_group_rebalance", "Share group epoch bumps (share-group-rebalance-count).",
+                       [], [((), rebalances["share"])])
+        yield _counter(f"{prefix}_consumer_group_rebalance",
+                       "Consumer group epoch bumps (consumer-group-rebalance-count).", [], [((), rebalances["consumer"])])
+        yield _counter(f"{prefix}_group_completed_rebalance",
+                       "Classic group rebalances completed (group-completed-rebalance-count).", [],
+                       [((), rebalances["classic"])])
+
+    def _share(self) -> Iterator[Metric]:
+        r = self.recorder
+        yield _counter("kafka_server_sharegroupmetrics_recordacknowledgements",
+                       "Records acknowledged, by type (RecordAcknowledgementsPerSec).", ["ackType"],
+                       (((ACK_TYPE_NAMES[t],), n) for t, n in r.record_acks.items()))
+        yield _counter("kafka_server_share_group_metrics_share_acknowledgement",
+                       "Partition acknowledgements applied or refused, all topics (KIP-932 share-acknowledgement-count).",
+                       [], [((), sum(r.share_ack_requests.values()))])
+        yield _histogram("kafka_server_sharegroupmetrics_partitionloadtimems",
+                         "Time to load a share partition's state, in ms (PartitionLoadTimeMs).", [],
+                         [((), r.partition_load)])
+        labels = ["group", "topic", "partition"]
+        messages = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightmessagecount",
+                                     "Records between the share-partition start and end offsets (InFlightMessageCount).",
+                                     labels=labels)
+        batches = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightbatchcount",
+                                    "In-flight state ranges of the share partition (InFlightBatchCount).", labels=labels)
+        acquired = GaugeMetricFamily("kafka_server_sharepartitionmetrics_acquiredrecords",
+                                     "Records acquired and not yet acknowledged (sharebroker only).", labels=labels)
+        start = GaugeMetricFamily("kafka_server_sharepartitionmetrics_startoffset",
+                                  "The share-partition start offset, SPSO (sharebroker only).", labels=labels)
+        for leader in list(self.broker.share.leaders.values()):
+            sp = leader.sp
+            if sp is None:
+                continue
+            values = [leader.group_id, leader.partition.topic.name, str(leader.partition.index)]
+            messages.add_metric(values, sp.in_flight_count())
+            batches.add_metric(values, sp.in_flight_batch_count())
+            acquired.add_metric(values, sp.acquired_count())
+            start.add_metric(values, sp.start_offset)
+        yield from (messages, batches, acquired, start)
+        yield _counter("kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+                       "Records whose acquisition lock expired (AcquisitionLockTimeoutPerSec).", labels,
+                       ((k[:2] + (str(k[2]),), n) for k, n in sorted(r.lock_timeouts.items())))
+        yield _counter("kafka_server_sharepartitionmetrics_archivedatdeliverylimit",
+                       "Records archived on reaching share.delivery.count.limit (sharebroker only).", labels,
+                       ((k[:2] + (str(k[2]),), n) for k, n in sorted(r.at_limit.items())))
+
+
+def registry_for(broker: Broker, recorder: MetricsRecorder) -> CollectorRegistry:
+    """The broker's collector plus prometheus_client's process, platform and GC collectors."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker, recorder))
+    for standard in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(standard)
+    return registry
+
+
+class MetricsEndpoint:
+    """A minimal HTTP/1.1 server on the broker's loop: GET (or HEAD) /metrics, one request per
+    connection. Scrapes are rare and small, so a hand-written request line parser is enough and
+    keeps an HTTP framework out of the dependencies."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, self.host or None, self.port,
+                                                  limit=_REQUEST_HEAD_LIMIT)
+        bound = self._server.sockets[0].getsockname()
+        log.info("metrics listener started", host=self.host or "0.0.0.0", port=bound[1], path="/metrics")
+        return self.host, bound[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
+            lines = head.decode("latin-1").split("\r\n")
+            method, _, rest = lines[0].partition(" ")
+            path = rest.split(" ", 1)[0].split("?", 1)[0]
+            accept = next((line.split(":", 1)[1].strip() for line in lines[1:]
+                           if line.lower().startswith("accept:")), "")
+            if path != "/metrics":
+                status, ctype, body = "404 Not Found", "text/plain; charset=utf-8", b"Not found: try /metrics\n"
+            elif method not in ("GET", "HEAD"):
+                status, ctype, body = "405 Method Not Allowed", "text/plain; charset=utf-8", b"GET /metrics\n"
+            else:
+                # The text format (0.0.4), or OpenMetrics when the scraper prefers it, as the library negotiates.
+                encoder, ctype = choose_encoder(accept)
+                status, body = "200 OK", encoder(self.registry)
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                         "Connection: close\r\n\r\n".encode("latin-1"))
+            if method != "HEAD":
+                writer.write(body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
+            pass  # a client that went away or sent no HTTP: nothing to answer
+        except Exception:
+            log.exception("metrics scrape failed")
+        finally:
+            writer.close()

@@ -1,0 +1,128 @@
+"""Metrics without sockets: the recorder's counters and histograms, what the share-partition state
+machine reports for lock expiry and the delivery limit (explicit now), the setting and its
+environment form, and that a broker without metrics.listener neither counts nor loads
+prometheus_client."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sharebroker.broker.metrics import NULL_RECORDER, Histogram, MetricsRecorder
+from sharebroker.broker.share.partition import AcquireMode, LogBatch, ShareLimits, SharePartition
+from sharebroker.config import BrokerConfig, ConfigError
+from sharebroker.config.broker_settings import parse_metrics_listener
+from tests.unit.test_group_log import running_broker
+
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+LIMITS = ShareLimits(record_lock_duration_ms=1000, delivery_count_limit=2, max_in_flight_records=2000)
+
+
+def test_histogram_buckets_are_cumulative_with_inf_and_sum() -> None:
+    h = Histogram((1.0, 10.0))
+    for v in (0.5, 1.0, 3.0, 50.0):
+        h.observe(v)
+    assert h.cumulative() == [("1.0", 2), ("10.0", 3), ("+Inf", 4)]  # le is inclusive
+    assert h.sum == 54.5
+
+
+def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
+    r = MetricsRecorder()
+    r.request(0, 11, 0.3, "NONE")
+    r.request(0, 11, 7.0, "NONE")
+    r.request(78, 2, 499.0, "SHARE_SESSION_NOT_FOUND")
+    r.produced("orders", 10, 1200)
+    r.produced("orders", 5, 600)
+    r.fetched("orders", 1800)
+    r.share_acknowledged("orders", {ACCEPT: 7, RELEASE: 2, 0: 1}, False)  # gaps (0) are not counted
+    r.share_acknowledged("orders", None, True)
+    r.share_acknowledged(None, None, True)  # unknown topic: no topic series
+    assert r.requests == {(0, 11): 2, (78, 2): 1}
+    assert r.errors == {(0, "NONE"): 2, (78, "SHARE_SESSION_NOT_FOUND"): 1}
+    assert r.latency[0].cumulative()[1] == ("0.5", 1) and r.latency[0].cumulative()[-1] == ("+Inf", 2)
+    assert (r.messages_in, r.bytes_in, r.bytes_out) == ({"orders": 15}, {"orders": 1800}, {"orders": 1800})
+    assert r.record_acks == {ACCEPT: 7, RELEASE: 2, REJECT: 0, 4: 0}
+    assert (r.share_ack_requests, r.share_ack_failed) == ({"orders": 2}, {"orders": 1})
+
+
+def _acquired(sp: SharePartition, member: str, first: int, last: int, now: int) -> None:
+    got = sp.acquire(member, [LogBatch(first, last)], max_records=500, batch_size=500,
+                     mode=AcquireMode.BATCH_OPTIMIZED, limits=LIMITS, now_ms=now)
+    assert got
+
+
+def test_expiry_write_counts_expired_records_and_those_archived_at_the_limit() -> None:
+    sp = SharePartition(start_offset=0)
+    _acquired(sp, "a", 0, 9, now=0)                      # delivery 1
+    first = sp.expire_locks(limits=LIMITS, now_ms=1000)
+    assert first is not None and (first.expired, first.archived_at_limit) == (10, 0)
+    sp.commit(first, now_ms=1000)
+    _acquired(sp, "b", 0, 9, now=1000)                   # delivery 2 = the limit
+    w = sp.acknowledge("b", [(0, 3, [ACCEPT])], limits=LIMITS, now_ms=1500, is_renew=False)
+    assert w is not None
+    sp.commit(w, now_ms=1500)
+    second = sp.expire_locks(limits=LIMITS, now_ms=2000)
+    assert second is not None and (second.expired, second.archived_at_limit) == (6, 6)
+
+
+def test_release_at_the_limit_is_counted_by_acknowledgement_and_by_member_release() -> None:
+    sp = SharePartition(start_offset=0)
+    _acquired(sp, "a", 0, 9, now=0)
+    w = sp.acknowledge("a", [(0, 9, [RELEASE])], limits=LIMITS, now_ms=10, is_renew=False)
+    assert w is not None and w.archived_at_limit == 0      # delivery 1 < 2: available again
+    sp.commit(w, now_ms=10)
+    _acquired(sp, "a", 0, 9, now=20)                      # delivery 2
+    w = sp.acknowledge("a", [(0, 1, [RELEASE]), (2, 2, [REJECT])], limits=LIMITS, now_ms=30, is_renew=False)
+    assert w is not None and w.archived_at_limit == 2      # the two released; the rejected one is not "at the limit"
+    sp.commit(w, now_ms=30)
+    w = sp.release_member("a", limits=LIMITS, now_ms=40)
+    assert w is not None and w.archived_at_limit == 7      # 3-9, still acquired by "a" when it left
+    sp.rollback(w, limits=LIMITS, now_ms=40)
+
+
+def test_metrics_listener_setting_flag_and_environment_forms() -> None:
+    assert parse_metrics_listener("127.0.0.1:9404") == ("127.0.0.1", 9404)
+    assert parse_metrics_listener(":9404") == ("", 9404)
+    assert parse_metrics_listener("[::1]:0") == ("::1", 0)
+    for bad in ("9404", "host:", "host:99999", "host:port"):
+        with pytest.raises(ConfigError):
+            parse_metrics_listener(bad)
+    assert BrokerConfig.load(None, {}, {})["metrics.listener"] is None
+    assert BrokerConfig.load(None, {"KAFKA_METRICS_LISTENER": "0.0.0.0:9404"}, {})["metrics.listener"] == "0.0.0.0:9404"
+    with pytest.raises(ConfigError, match="metrics.listener"):
+        BrokerConfig.load(None, {}, {"metrics.listener": "nowhere"})
+
+
+def test_serve_flag_reaches_the_setting(tmp_path: Path) -> None:
+    """`serve --metrics-listener` is metrics.listener: a malformed value stops start-up naming it."""
+    out = subprocess.run([sys.executable, "-m", "sharebroker", "serve", "--data-dir", str(tmp_path),
+                          "--metrics-listener", "nowhere"], capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.returncode == 2
+    assert "metrics.listener" in out.stderr and "HOST:PORT" in out.stderr
+
+
+async def test_a_broker_without_the_listener_counts_nothing(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as b:
+        assert b.metrics is NULL_RECORDER and not b.metrics.enabled
+        assert b.share.metrics is NULL_RECORDER and b.share_groups.metrics is NULL_RECORDER
+        assert b.classic_groups.metrics is NULL_RECORDER and b.consumer_groups.metrics is NULL_RECORDER
+
+
+async def test_a_broker_with_the_listener_serves_its_collector(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+
+    async with running_broker(tmp_path, {"metrics.listener": "127.0.0.1:0"}) as b:
+        assert isinstance(b.metrics, MetricsRecorder) and b.share.metrics is b.metrics
+        assert b._metrics_endpoint is not None
+        text = generate_latest(b._metrics_endpoint.registry).decode()
+        assert 'kafka_server_socket_server_metrics_connection_count{listener="PLAINTEXT"} 0.0' in text
+        assert "kafka_server_group_coordinator_metrics_share_group_count{state=\"Stable\"} 0.0" in text
+
+
+def test_prometheus_client_is_not_imported_by_the_broker() -> None:
+    code = "import sys, sharebroker.broker.server, sharebroker.cli.main; print('prometheus_client' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip() == "False"
