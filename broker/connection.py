@@ -53,6 +53,7 @@ class Connection:
         self._on_close: list[Callable[[Connection], Any]] = []
         # The top-level error of a response a handler encodes itself (Fetch, ShareFetch), for metrics.
         self.response_error: ErrorCode | None = None
+        self._counting = broker.metrics.enabled  # else nothing below is touched per request
         self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
         self._last_error: Any = None
 
@@ -125,7 +126,8 @@ class Connection:
         except FrameError as exc:
             self._log_frame_error(exc)
             return None
-        self._last = (req.api_key, req.api_version)
+        if self._counting:
+            self._last = (req.api_key, req.api_version)
         if self.client_id is None and req.client_id is not None:
             self.client_id = req.client_id
         handler = HANDLERS[req.api_key]
@@ -155,7 +157,8 @@ class Connection:
             return b""
         if isinstance(resp, list):
             return resp  # Fetch and ShareFetch encode their own frames, the records among them uncopied
-        self._last_error = getattr(resp, "error_code", None)
+        if self._counting:
+            self._last_error = getattr(resp, "error_code", None)
         return encode_response(req.correlation_id, resp)
 
     def _record(self, metrics: Recorder, frame: bytes | memoryview, response: object, elapsed_ms: float) -> None:
@@ -170,7 +173,7 @@ class Connection:
         else:
             api_key, api_version = self._last
             code = self.response_error if self.response_error is not None else self._last_error
-            error = "NONE" if code is None else ErrorCode(code).name.upper()
+            error = "NONE" if code is None else str(getattr(code, "name", code)).upper()
         self._last = None
         self._last_error = None
         self.response_error = None
