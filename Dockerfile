@@ -38,6 +38,8 @@ ENV PATH=/opt/sharebroker/bin:$PATH PYTHONDONTWRITEBYTECODE=1 SHAREBROKER_LOG_FO
 USER appuser
 VOLUME /var/lib/sharebroker
 EXPOSE 9092
+# Prometheus metrics, when KAFKA_METRICS_LISTENER=0.0.0.0:9404 is set (off by default)
+EXPOSE 9404
 # Healthy once the broker answers a Kafka Metadata request on its first listener; SIGTERM (docker
 # stop) stops it cleanly in well under a second.
 HEALTHCHECK --interval=5s --timeout=5s --start-period=5s --retries=3 CMD ["sharebroker", "healthcheck", "--quiet"]

@@ -18,7 +18,7 @@ def _listeners_syntax(name: str, value: str) -> None:
 
 
 def _metrics_listener_syntax(name: str, value: str | None) -> None:
-    if value is not None:
+    if value:  # empty is unset, so KAFKA_METRICS_LISTENER= in a compose file leaves metrics off
         parse_metrics_listener(value, name)
 
 
@@ -75,8 +75,8 @@ def _broker_defs() -> list[ConfigDef]:
         d("cluster.id", "string", None, "sharebroker only: a fixed cluster id to report. When unset the broker uses "
           "the id stored in its log directory, creating one on first start."),
         d("metrics.listener", "string", None, "sharebroker only: HOST:PORT of the HTTP endpoint serving Prometheus "
-          "metrics at /metrics (an empty host binds all interfaces, port 0 picks a free port). Unset (the default), "
-          "no metrics are kept.", _metrics_listener_syntax),
+          "metrics at /metrics (an empty host binds all interfaces, port 0 picks a free port). Unset or empty (the "
+          "default), no metrics are kept.", _metrics_listener_syntax),
         d("process.roles", "list", (), "The roles of this node (broker, controller)." + _COMPAT, ListOf("broker", "controller")),
         d("controller.quorum.voters", "list", (), "KRaft controller voters." + _COMPAT),
         d("controller.quorum.bootstrap.servers", "list", (), "KRaft controller bootstrap servers." + _COMPAT),

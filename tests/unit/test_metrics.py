@@ -91,6 +91,7 @@ def test_metrics_listener_setting_flag_and_environment_forms() -> None:
         with pytest.raises(ConfigError):
             parse_metrics_listener(bad)
     assert BrokerConfig.load(None, {}, {})["metrics.listener"] is None
+    assert not BrokerConfig.load(None, {"KAFKA_METRICS_LISTENER": ""}, {})["metrics.listener"]  # empty: off
     assert BrokerConfig.load(None, {"KAFKA_METRICS_LISTENER": "0.0.0.0:9404"}, {})["metrics.listener"] == "0.0.0.0:9404"
     with pytest.raises(ConfigError, match="metrics.listener"):
         BrokerConfig.load(None, {}, {"metrics.listener": "nowhere"})
