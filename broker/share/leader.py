@@ -202,7 +202,7 @@ class SharePartitionLeader:
         self._writes_in_flight -= 1
         self._persisted_start = max(self._persisted_start, write.start_offset)
         sp.commit(write, now_ms=self.clock.monotonic_ms())
-        if write.kind != "expiry" and self.metrics.enabled and (at_limit := write.archived_at_limit):
+        if self.metrics.enabled and write.kind != "expiry" and (at_limit := write.archived_at_limit):
             self.metrics.archived_at_limit(self.metrics_key, at_limit)  # expiry's are counted when they apply
         self._after_change()
         if self._writes_in_flight == 0 and sp.start_offset > self._persisted_start and not self.fenced:
