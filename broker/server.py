@@ -209,6 +209,9 @@ class Broker:
         self._metrics_endpoint = MetricsEndpoint(registry_for(self, recorder), host, port)
         try:
             await self._metrics_endpoint.start()
+        except OSError as exc:  # the port is taken, or the host is not ours: say which setting
+            await self.stop()
+            raise OSError(exc.errno, f"cannot listen on metrics.listener {host}:{port}: {exc.strerror}") from None
         except BaseException:
             await self.stop()
             raise

@@ -5,6 +5,7 @@ prometheus_client."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,18 @@ def test_serve_flag_reaches_the_setting(tmp_path: Path) -> None:
                           "--metrics-listener", "nowhere"], capture_output=True, text=True, timeout=60, cwd="/")
     assert out.returncode == 2
     assert "metrics.listener" in out.stderr and "HOST:PORT" in out.stderr
+
+
+def test_a_taken_metrics_port_stops_start_up_naming_the_setting(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "sharebroker", "serve", "--data-dir", str(tmp_path),
+                              "--listeners", "PLAINTEXT://127.0.0.1:0", "--metrics-listener", f"127.0.0.1:{port}"],
+                             capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.returncode == 1
+    assert f"cannot listen on metrics.listener 127.0.0.1:{port}" in out.stderr
 
 
 async def test_a_broker_without_the_listener_counts_nothing(tmp_path: Path) -> None:
