@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
 from sharebroker.broker.frames import FrameEnd, FrameProtocol
-from sharebroker.broker.metrics import Recorder
+from sharebroker.broker.metrics import Recorder, count_errors, error_name
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.api_table import API_VERSIONS, api_name
 from sharebroker.protocol.codec import (
@@ -37,6 +37,7 @@ log = get_logger("sharebroker.connection")
 _ids = itertools.count(1)
 # How long a request waits for a file descriptor to load its schema before the connection closes.
 _DESCRIPTOR_WAIT_S = 10.0
+_NO_ERROR = {"NONE": 1}  # a response without error codes (or none at all: acks=0)
 
 
 class Connection:
@@ -51,11 +52,12 @@ class Connection:
         self.client_id: str | None = None
         self.closed = False
         self._on_close: list[Callable[[Connection], Any]] = []
-        # The top-level error of a response a handler encodes itself (Fetch, ShareFetch), for metrics.
-        self.response_error: ErrorCode | None = None
+        # With metrics on: the error codes (by name) of the response a handler encodes itself
+        # (Fetch, ShareFetch), which it sets here; those of kio responses are counted below.
+        self.response_errors: dict[str, int] | None = None
         self._counting = broker.metrics.enabled  # else nothing below is touched per request
         self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
-        self._last_error: Any = None
+        self._errors: dict[str, int] | None = None
 
     def on_close(self, callback: Callable[[Connection], Any]) -> None:
         """Run `callback(connection)` once when the connection ends (share sessions use it)."""
@@ -139,7 +141,8 @@ class Connection:
             from sharebroker.protocol.errors import error_code_for
 
             code, message = error_code_for(exc)
-            self.response_error = code
+            if self._counting:
+                self._errors = {error_name(code): 1}  # until an error response counts each entry
             fields = dict(conn=self.id, api=api_name(req.api_key), version=req.api_version,
                           correlation_id=req.correlation_id, error=code.name, message=message)
             if code == ErrorCode.unknown_server_error:
@@ -158,26 +161,26 @@ class Connection:
         if isinstance(resp, list):
             return resp  # Fetch and ShareFetch encode their own frames, the records among them uncopied
         if self._counting:
-            self._last_error = getattr(resp, "error_code", None)
+            self._errors = {}
+            count_errors(resp, self._errors)
         return encode_response(req.correlation_id, resp)
 
     def _record(self, metrics: Recorder, frame: bytes | memoryview, response: object, elapsed_ms: float) -> None:
-        """Count one request: its API and version, time, and the response's top-level error code
-        (NONE for responses without one; the handler's for Fetch and ShareFetch)."""
+        """Count one request: its API and version, time, and the error codes of its response as
+        Kafka's errorCounts has them (top level, topics, partitions; NONE included)."""
         if self._last is None:
             try:  # refused before a handler ran (unsupported version, bad frame)
                 api_key, api_version, _ = peek_header(frame)
             except Exception:
                 return
-            error = "UNSUPPORTED_VERSION" if response else "INVALID_REQUEST"
+            errors = {"UNSUPPORTED_VERSION" if response else "INVALID_REQUEST": 1}
         else:
             api_key, api_version = self._last
-            code = self.response_error if self.response_error is not None else self._last_error
-            error = "NONE" if code is None else str(getattr(code, "name", code)).upper()
+            errors = self.response_errors or self._errors or _NO_ERROR
         self._last = None
-        self._last_error = None
-        self.response_error = None
-        metrics.request(api_key, api_version, elapsed_ms, error)
+        self._errors = None
+        self.response_errors = None
+        metrics.request(api_key, api_version, elapsed_ms, errors)
 
     def _log_frame_error(self, exc: FrameError) -> None:
         log.warning("unservable request, closing connection", conn=self.id, peer=self.peer,

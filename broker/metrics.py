@@ -10,9 +10,15 @@ the connection does not even read the clock (`enabled` is False)."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from bisect import bisect_left
+from typing import Any
 
-__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder"]
+from kio.schema.errors import ErrorCode
+
+__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder", "count_errors",
+           "error_name"]
 
 # Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
 # their MaxWaitMs, so the buckets reach well past the clients' default 500 ms.
@@ -25,6 +31,54 @@ LOAD_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0
 ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
 
 ShareKey = tuple[str, str, int]  # (group, topic, partition)
+
+
+# Per response class: whether it has an error_code, the fields holding tuples of entities, and those
+# holding one entity. Built once per class from kio's dataclass field types.
+_ErrorPlan = tuple[bool, tuple[str, ...], tuple[str, ...]]
+_PLANS: dict[type, _ErrorPlan] = {}
+
+
+def _plan(cls: type) -> _ErrorPlan:
+    many: list[str] = []
+    one: list[str] = []
+    names = set()
+    for f in dataclasses.fields(cls):
+        names.add(f.name)
+        tp: Any = f.type
+        args = typing.get_args(tp)
+        if typing.get_origin(tp) is tuple and args and dataclasses.is_dataclass(args[0]):
+            many.append(f.name)
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            one.append(f.name)
+    plan = _PLANS[cls] = ("error_code" in names, tuple(many), tuple(one))
+    return plan
+
+
+_ERROR_NAMES: dict[int, str] = {int(code): code.name.upper() for code in ErrorCode}
+
+
+def error_name(code: Any) -> str:
+    """Kafka's name of an error code (an ErrorCode or an int): NONE, UNKNOWN_TOPIC_OR_PARTITION, ..."""
+    name = _ERROR_NAMES.get(code)
+    return name if name is not None else str(code)
+
+
+def count_errors(entity: Any, counts: dict[str, int]) -> None:
+    """Every error_code of a kio response, NONE included, by name: what Kafka's
+    AbstractResponse.errorCounts gives ErrorsPerSec (the top level, each topic, each partition)."""
+    cls = type(entity)
+    has_error, many, one = _PLANS.get(cls) or _plan(cls)
+    if has_error:
+        name = error_name(entity.error_code)
+        counts[name] = counts.get(name, 0) + 1
+    for field in many:
+        for child in getattr(entity, field) or ():
+            count_errors(child, counts)
+    for field in one:
+        child = getattr(entity, field)
+        if child is not None:
+            count_errors(child, counts)
 
 
 class Histogram:
@@ -56,8 +110,9 @@ class Recorder:
 
     enabled = False
 
-    def request(self, api_key: int, version: int, elapsed_ms: float, error: str) -> None:
-        """One request answered (or closed on): its API, version, time and top-level error name."""
+    def request(self, api_key: int, version: int, elapsed_ms: float, errors: dict[str, int]) -> None:
+        """One request answered (or closed on): its API, version, time, and the error codes of its
+        response by name (NONE included)."""
 
     def produced(self, topic: str, records: int, size: int) -> None:
         """One partition's batch appended (BrokerTopicMetrics MessagesInPerSec, BytesInPerSec)."""
@@ -102,7 +157,7 @@ class MetricsRecorder(Recorder):
         self.at_limit: dict[ShareKey, int] = {}
         self.rebalances: dict[str, int] = {"classic": 0, "consumer": 0, "share": 0}
 
-    def request(self, api_key: int, version: int, elapsed_ms: float, error: str) -> None:
+    def request(self, api_key: int, version: int, elapsed_ms: float, errors: dict[str, int]) -> None:
         requests = self.requests
         key = (api_key, version)
         requests[key] = requests.get(key, 0) + 1
@@ -110,9 +165,10 @@ class MetricsRecorder(Recorder):
         if hist is None:
             hist = self.latency[api_key] = Histogram(LATENCY_BUCKETS_MS)
         hist.observe(elapsed_ms)
-        errors = self.errors
-        ekey = (api_key, error)
-        errors[ekey] = errors.get(ekey, 0) + 1
+        counted = self.errors
+        for name, n in errors.items():
+            ekey = (api_key, name)
+            counted[ekey] = counted.get(ekey, 0) + n
 
     def produced(self, topic: str, records: int, size: int) -> None:
         self.messages_in[topic] = self.messages_in.get(topic, 0) + records

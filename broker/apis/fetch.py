@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.metrics import error_name
 from sharebroker.broker.apis import api
 from sharebroker.broker.delayed_fetch import delayed_fetch
 from sharebroker.broker.fetch_sessions import (
@@ -255,9 +256,12 @@ def _respond(broker: Broker, conn: Connection, req: DecodedRequest, read: _Read,
     metrics = broker.metrics
     if metrics.enabled:
         answers = list(answers)
+        errors = conn.response_errors = {"NONE": 1}  # the top level, then each partition (errorCounts)
         for cp, entry in answers:
             if entry.records:
                 metrics.fetched(cp.topic or "", len(entry.records))
+            name = error_name(entry.error_code)
+            errors[name] = errors.get(name, 0) + 1
     endpoints: tuple[NodeEndpoint, ...] = ()
     if read.leader_moved:
         # the leader as a client on this listener reaches it
@@ -274,7 +278,8 @@ def _refuse(conn: Connection, req: DecodedRequest, code: ErrorCode, message: str
     if held is not None:
         log.info("fetch session refused", error=code.name, message=message, session_id=session_id, session_epoch=epoch,
                  version=req.api_version, conn=conn.id, client_id=conn.client_id, repeats_not_logged=held)
-    conn.response_error = code
+    if conn.broker.metrics.enabled:
+        conn.response_errors = {error_name(code): 1}
     return encode_fetch_response(req.correlation_id, req.api_version, (), error_code=code, session_id=answer_session_id)
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.metrics import error_name
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.share_common import (
     apply_acknowledgements,
@@ -137,7 +138,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     def top_error(code: ErrorCode, message: str) -> list[Buffer]:
         log.warning("share fetch refused", conn=conn.id, group=group_id, member=member_id, epoch=epoch,
                     error=code.name, message=message)
-        conn.response_error = code
+        if broker.metrics.enabled:
+            conn.response_errors = {error_name(code): 1}
         return encode_share_fetch_response(req.correlation_id, v, (), error_code=code, error_message=message)
 
     requested = merge_topics(body.topics)
@@ -201,6 +203,11 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     by_topic: dict[uuid.UUID, list[ShareFetchPartition]] = {}
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
+    if broker.metrics.enabled:  # the top level, then each partition (errorCounts)
+        errors = conn.response_errors = {"NONE": 1}
+        for e in entries.values():
+            name = error_name(e.error_code)
+            errors[name] = errors.get(name, 0) + 1
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],
         acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms)

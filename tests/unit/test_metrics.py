@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sharebroker.broker.metrics import NULL_RECORDER, Histogram, MetricsRecorder
+from sharebroker.broker.metrics import NULL_RECORDER, Histogram, MetricsRecorder, count_errors, error_name
 from sharebroker.broker.share.partition import AcquireMode, LogBatch, ShareLimits, SharePartition
 from sharebroker.config import BrokerConfig, ConfigError
 from sharebroker.config.broker_settings import parse_metrics_listener
@@ -32,9 +32,9 @@ def test_histogram_buckets_are_cumulative_with_inf_and_sum() -> None:
 
 def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
     r = MetricsRecorder()
-    r.request(0, 11, 0.3, "NONE")
-    r.request(0, 11, 7.0, "NONE")
-    r.request(78, 2, 499.0, "SHARE_SESSION_NOT_FOUND")
+    r.request(0, 11, 0.3, {"NONE": 1})
+    r.request(0, 11, 7.0, {"NONE": 2, "NOT_LEADER_OR_FOLLOWER": 1})
+    r.request(78, 2, 499.0, {"SHARE_SESSION_NOT_FOUND": 1})
     r.produced("orders", 10, 1200)
     r.produced("orders", 5, 600)
     r.fetched("orders", 1800)
@@ -42,11 +42,33 @@ def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
     r.share_acknowledged("orders", None, True)
     r.share_acknowledged(None, None, True)  # unknown topic: no topic series
     assert r.requests == {(0, 11): 2, (78, 2): 1}
-    assert r.errors == {(0, "NONE"): 2, (78, "SHARE_SESSION_NOT_FOUND"): 1}
+    assert r.errors == {(0, "NONE"): 3, (0, "NOT_LEADER_OR_FOLLOWER"): 1, (78, "SHARE_SESSION_NOT_FOUND"): 1}
     assert r.latency[0].cumulative()[1] == ("0.5", 1) and r.latency[0].cumulative()[-1] == ("+Inf", 2)
     assert (r.messages_in, r.bytes_in, r.bytes_out) == ({"orders": 15}, {"orders": 1800}, {"orders": 1800})
     assert r.record_acks == {ACCEPT: 7, RELEASE: 2, REJECT: 0, 4: 0}
     assert (r.share_ack_requests, r.share_ack_failed) == ({"orders": 2}, {"orders": 1})
+
+
+def test_error_counts_walk_a_kio_response_as_kafkas_error_counts() -> None:
+    from kio.schema.errors import ErrorCode
+
+    from sharebroker.protocol.codec import build, response_class
+
+    resp = build(response_class(0, 11), {"throttle_time": 0, "responses": [
+        {"name": "a", "partition_responses": [
+            {"index": 0, "error_code": ErrorCode.none, "base_offset": 0, "log_start_offset": 0, "record_errors": ()},
+            {"index": 1, "error_code": ErrorCode.not_leader_or_follower, "base_offset": -1, "log_start_offset": -1,
+             "record_errors": ()}]},
+        {"name": "b", "partition_responses": [
+            {"index": 0, "error_code": ErrorCode.none, "base_offset": 5, "log_start_offset": 0, "record_errors": ()}]}]})
+    counts: dict[str, int] = {}
+    count_errors(resp, counts)
+    assert counts == {"NONE": 2, "NOT_LEADER_OR_FOLLOWER": 1}
+    counts = {}
+    count_errors(build(response_class(76, 1), {"error_code": ErrorCode.group_max_size_reached}), counts)
+    assert counts == {"GROUP_MAX_SIZE_REACHED": 1}
+    assert error_name(ErrorCode.none) == "NONE" and error_name(3) == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert error_name(-12345) == "-12345"
 
 
 def _acquired(sp: SharePartition, member: str, first: int, last: int, now: int) -> None:
