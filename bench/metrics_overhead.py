@@ -142,16 +142,24 @@ def jobs_run(metrics: bool, n: int) -> dict[str, Any]:
 
 
 def hook_cost_us(n: int = 200_000) -> float:
-    """µs the connection adds to one request with metrics on: two clock reads and the recorder's
-    count, time and error (measured in-process; the wall-clock runs are too noisy to resolve it)."""
-    from sharebroker.broker.metrics import MetricsRecorder
+    """µs the connection adds to one request with metrics on: two clock reads, the error codes of
+    a one-partition response, and the recorder's count, time and errors (measured in-process; the
+    wall-clock runs are too noisy to resolve it)."""
+    from kio.schema.errors import ErrorCode
 
+    from sharebroker.broker.metrics import MetricsRecorder, count_errors
+    from sharebroker.protocol.codec import build, response_class
+
+    resp = build(response_class(0, 11), {"throttle_time": 0, "responses": [{"name": "t", "partition_responses": [
+        {"index": 0, "error_code": ErrorCode.none, "base_offset": 0, "log_start_offset": 0, "record_errors": ()}]}]})
     r = MetricsRecorder()
     clock = time.perf_counter
     t0 = clock()
     for _ in range(n):
         started = clock()
-        r.request(78, 2, (clock() - started) * 1000, "NONE")
+        errors: dict[str, int] = {}
+        count_errors(resp, errors)
+        r.request(0, 11, (clock() - started) * 1000, errors)
     return (clock() - t0) / n * 1e6
 
 
