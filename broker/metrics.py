@@ -120,9 +120,12 @@ class Recorder:
     def fetched(self, topic: str, size: int) -> None:
         """Record bytes answered to a Fetch or ShareFetch for one partition (BytesOutPerSec)."""
 
-    def share_acknowledged(self, topic: str | None, counts: dict[int, int] | None, failed: bool) -> None:
-        """One partition's acknowledgements of a ShareFetch or ShareAcknowledge: records per type
-        when they were applied, and whether the partition was answered with an error."""
+    def share_acknowledged(self, counts: dict[int, int]) -> None:
+        """One partition's acknowledgements were applied: records per acknowledge type."""
+
+    def share_requests(self, kind: str, topics: dict[str, bool]) -> None:
+        """One ShareFetch ("fetch") or one request's acknowledgements ("acknowledgement"): each
+        topic it named, and whether a partition of that topic failed (Kafka counts per topic)."""
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         """A share partition's state was read from the share coordinator (PartitionLoadTimeMs)."""
@@ -149,8 +152,9 @@ class MetricsRecorder(Recorder):
         self.messages_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
-        self.share_ack_requests: dict[str, int] = {}
-        self.share_ack_failed: dict[str, int] = {}
+        # ("fetch" | "acknowledgement", topic) -> requests, and those with a failed partition
+        self.share_requests_total: dict[tuple[str, str], int] = {}
+        self.share_requests_failed: dict[tuple[str, str], int] = {}
         self.record_acks: dict[int, int] = dict.fromkeys(ACK_TYPE_NAMES, 0)
         self.partition_load = Histogram(LOAD_BUCKETS_MS)
         self.lock_timeouts: dict[ShareKey, int] = {}
@@ -177,16 +181,19 @@ class MetricsRecorder(Recorder):
     def fetched(self, topic: str, size: int) -> None:
         self.bytes_out[topic] = self.bytes_out.get(topic, 0) + size
 
-    def share_acknowledged(self, topic: str | None, counts: dict[int, int] | None, failed: bool) -> None:
-        if topic is not None:
-            self.share_ack_requests[topic] = self.share_ack_requests.get(topic, 0) + 1
-            if failed:
-                self.share_ack_failed[topic] = self.share_ack_failed.get(topic, 0) + 1
-        if counts:
-            acks = self.record_acks
-            for ack_type, n in counts.items():
-                if ack_type in acks:
-                    acks[ack_type] += n
+    def share_acknowledged(self, counts: dict[int, int]) -> None:
+        acks = self.record_acks
+        for ack_type, n in counts.items():
+            if ack_type in acks:
+                acks[ack_type] += n
+
+    def share_requests(self, kind: str, topics: dict[str, bool]) -> None:
+        total, failed = self.share_requests_total, self.share_requests_failed
+        for topic, any_failed in topics.items():
+            key = (kind, topic)
+            total[key] = total.get(key, 0) + 1
+            if any_failed:
+                failed[key] = failed.get(key, 0) + 1
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         self.partition_load.observe(elapsed_ms)

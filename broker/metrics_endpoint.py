@@ -85,16 +85,24 @@ class BrokerCollector(Collector):
 
     def _topics(self) -> Iterator[Metric]:
         r = self.recorder
+        def share(counts: dict[tuple[str, str], int], kind: str) -> dict[str, int]:
+            return {topic: n for (k, topic), n in counts.items() if k == kind}
+
         for name, doc, values in (
                 ("messagesin", "Records appended by producers (MessagesInPerSec).", r.messages_in),
                 ("bytesin", "Record-batch bytes appended by producers (BytesInPerSec).", r.bytes_in),
                 ("bytesout", "Record-batch bytes sent to Fetch and ShareFetch (BytesOutPerSec).", r.bytes_out),
+                ("totalsharefetchrequests", "ShareFetch requests naming the topic (TotalShareFetchRequestsPerSec).",
+                 share(r.share_requests_total, "fetch")),
+                ("failedsharefetchrequests",
+                 "ShareFetch requests with a partition of the topic answered with an error "
+                 "(FailedShareFetchRequestsPerSec).", share(r.share_requests_failed, "fetch")),
                 ("totalshareacknowledgementrequests",
-                 "Partitions acknowledged in ShareFetch and ShareAcknowledge requests "
-                 "(TotalShareAcknowledgementRequestsPerSec).", r.share_ack_requests),
+                 "ShareFetch and ShareAcknowledge requests acknowledging records of the topic "
+                 "(TotalShareAcknowledgementRequestsPerSec).", share(r.share_requests_total, "acknowledgement")),
                 ("failedshareacknowledgementrequests",
-                 "Partition acknowledgements answered with an error (FailedShareAcknowledgementRequestsPerSec).",
-                 r.share_ack_failed)):
+                 "... of which a partition's acknowledgement failed (FailedShareAcknowledgementRequestsPerSec).",
+                 share(r.share_requests_failed, "acknowledgement"))):
             yield _counter(f"kafka_server_brokertopicmetrics_{name}", doc, ["topic"],
                            (((topic,), n) for topic, n in sorted(values.items())))
 
@@ -164,8 +172,8 @@ class BrokerCollector(Collector):
                        "Records acknowledged, by type (RecordAcknowledgementsPerSec).", ["ackType"],
                        (((ACK_TYPE_NAMES[t],), n) for t, n in r.record_acks.items()))
         yield _counter("kafka_server_share_group_metrics_share_acknowledgement",
-                       "Partition acknowledgements applied or refused, all topics (KIP-932 share-acknowledgement-count).",
-                       [], [((), sum(r.share_ack_requests.values()))])
+                       "Acknowledgements of a topic in a request, all topics (KIP-932 share-acknowledgement-count).",
+                       [], [((), sum(n for (k, _), n in r.share_requests_total.items() if k == "acknowledgement"))])
         yield _histogram("kafka_server_sharegroupmetrics_partitionloadtimems",
                          "Time to load a share partition's state, in ms (PartitionLoadTimeMs).", [],
                          [((), r.partition_load)])

@@ -50,13 +50,17 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
 
     acks = merge_topics(body.topics)
     by_topic: dict[Any, list[dict[str, Any]]] = {}
+    topics: dict[str, bool] | None = {} if broker.metrics.enabled else None
     for (topic_id, index), p in acks.items():
         code, message = await apply_acknowledgements(broker, group_id, member_id, topic_id, index,
-                                                     p.acknowledgement_batches, version=v, is_renew=is_renew)
+                                                     p.acknowledgement_batches, version=v, is_renew=is_renew,
+                                                     topics=topics)
         partition, _, _ = resolve_partition(broker, topic_id, index)
         by_topic.setdefault(topic_id, []).append({
             "partition_index": index, "error_code": code, "error_message": message,
             "current_leader": current_leader(broker, partition)})
+    if topics:
+        broker.metrics.share_requests("acknowledgement", topics)
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     return build(cls, {

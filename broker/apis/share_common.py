@@ -44,32 +44,38 @@ def resolve_partition(broker: Broker, topic_id: Any, index: int) -> tuple[Any, E
 
 
 async def apply_acknowledgements(broker: Broker, group_id: str, member_id: str, topic_id: Any, index: int,
-                                 batches: Any, *, version: int, is_renew: bool) -> tuple[ErrorCode, str | None]:
-    """Acknowledge one partition's batches; the (error code, message) for its response entry."""
+                                 batches: Any, *, version: int, is_renew: bool,
+                                 topics: dict[str, bool] | None = None) -> tuple[ErrorCode, str | None]:
+    """Acknowledge one partition's batches; the (error code, message) for its response entry.
+    With metrics on, `topics` collects the request's topics (name -> whether a partition failed)."""
     if not batches:
         return ErrorCode.none, None
+    code, message = await _acknowledge(broker, group_id, member_id, topic_id, index, batches, version, is_renew)
+    if topics is not None:
+        topic = broker.topics.get_by_id(topic_id)
+        if topic is not None:
+            topics[topic.name] = topics.get(topic.name, False) or code != ErrorCode.none
+    return code, message
+
+
+async def _acknowledge(broker: Broker, group_id: str, member_id: str, topic_id: Any, index: int, batches: Any,
+                       version: int, is_renew: bool) -> tuple[ErrorCode, str | None]:
     acks = [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
-    partition, code, message = resolve_partition(broker, topic_id, index)
-    metrics = broker.metrics
-    topic = partition.topic.name if partition is not None else None
     problem = validate_acknowledgement_batches(acks, version=version, is_renew=is_renew)
     if problem is not None:
-        metrics.share_acknowledged(topic, None, True)
         return ErrorCode.invalid_request, problem
+    partition, code, message = resolve_partition(broker, topic_id, index)
     if partition is None:
-        metrics.share_acknowledged(topic, None, True)
         return code, message  # type: ignore[return-value]
     leader = broker.share.existing_leader(group_id, topic_id, index)
     if leader is None:
-        metrics.share_acknowledged(topic, None, True)
         return ErrorCode.unknown_topic_or_partition, "The share partition is not loaded on this broker."
     try:
         await leader.acknowledge(member_id, acks, is_renew=is_renew)
     except KafkaError as exc:
-        metrics.share_acknowledged(topic, None, True)
         return exc.code, exc.message
-    if metrics.enabled:
-        metrics.share_acknowledged(topic, _records_by_type(acks), False)
+    if broker.metrics.enabled:
+        broker.metrics.share_acknowledged(_records_by_type(acks))
     return ErrorCode.none, None
 
 

@@ -129,6 +129,18 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
     await delayed_fetch(attempt, lambda got_any: got_any or not leaders, wakeups, deadline, clock)
 
 
+def _count_fetch(broker: Broker, session: ShareSession, entries: dict[Key, ShareFetchPartition]) -> None:
+    """TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec: once per topic of the fetch."""
+    topics: dict[str, bool] = {}
+    for key in session.partitions:
+        topic = broker.topics.get_by_id(key[0])
+        if topic is not None:
+            e = entries.get(key)
+            topics[topic.name] = topics.get(topic.name, False) or (e is not None and e.error_code != 0)
+    if topics:
+        broker.metrics.share_requests("fetch", topics)
+
+
 @api(78)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[Buffer]:
     body = req.body
@@ -179,19 +191,26 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
         return top_error(exc.code, exc.message)
 
     entries: dict[Key, ShareFetchPartition] = {}
+    acked: dict[str, bool] | None = {} if broker.metrics.enabled else None
     for key, p in requested.items():
         if not p.acknowledgement_batches:
             continue
         code, message = await apply_acknowledgements(broker, group_id, member_id, key[0], key[1],
-                                                     p.acknowledgement_batches, version=v, is_renew=is_renew)
+                                                     p.acknowledgement_batches, version=v, is_renew=is_renew,
+                                                     topics=acked)
         partition, _, _ = resolve_partition(broker, *key)
         e = entries.setdefault(key, _entry(broker, key[1], partition))
         e.acknowledge_error_code, e.acknowledge_error_message = code, message
+
+    if acked:
+        broker.metrics.share_requests("acknowledgement", acked)
 
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
         await _fetch(broker, group_id, member_id, session, body, entries)
+        if broker.metrics.enabled:
+            _count_fetch(broker, session, entries)
 
     for key in list(session.pending_new):
         partition, unresolved, why = resolve_partition(broker, *key)

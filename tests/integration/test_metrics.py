@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Consumer, KafkaException
+from confluent_kafka import AcknowledgeType, Consumer, KafkaError, KafkaException
 from prometheus_client.parser import text_string_to_metric_families
 
 from sharebroker.testing import wait_for
@@ -148,6 +148,8 @@ def test_every_metric_follows_produce_fetch_and_share_acknowledgements(mbroker: 
     assert ack_requests >= 2
     assert value(s, "kafka_server_share_group_metrics_share_acknowledgement_total") == ack_requests
     assert value(s, "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total", topic=topic_name) == 0
+    assert value(s, "kafka_server_brokertopicmetrics_totalsharefetchrequests_total", topic=topic_name) >= 2
+    assert value(s, "kafka_server_brokertopicmetrics_failedsharefetchrequests_total", topic=topic_name) == 0
     # the one stored batch went out twice: all four records, then the two released ones
     assert value(s, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic_name) == 2 * size
     assert total(s, "kafka_network_requestmetrics_errors_total", request="ShareFetch", error="NONE") >= 2
@@ -271,3 +273,30 @@ def test_consumer_protocol_groups_by_state_and_rebalances(mbroker: Any, topic_na
         consumer.close()
     wait_for(lambda: value(scrape(addr), "kafka_server_group_coordinator_metrics_consumer_group_count",
                            state="Empty") == 1, TIMEOUT, interval=0.1, message="the group empty after the member left")
+
+
+def test_a_refused_acknowledgement_is_a_failed_acknowledgement_request(mbroker: Any, topic_name: str) -> None:
+    """A member acknowledging a record whose lock expired and went to another member: the
+    partition is answered INVALID_RECORD_STATE, counted as a failed acknowledgement of the topic."""
+    addr = metrics_address(mbroker)
+    create_topic(mbroker.bootstrap, topic_name)
+    group = new_group()
+    set_earliest(mbroker.bootstrap, group, **{"share.record.lock.duration.ms": "1000"})
+    produce_values(mbroker.bootstrap, topic_name, [b"contested"])
+    c1 = share_consumer(mbroker.bootstrap, group, [topic_name], explicit=True)
+    c2 = share_consumer(mbroker.bootstrap, group, [topic_name], explicit=True)
+    try:
+        (m1,) = poll_until(c1, lambda got: len(got) >= 1, TIMEOUT)
+        (m2,) = poll_until(c2, lambda got: len(got) >= 1, TIMEOUT)  # after c1's lock expired
+        assert m2.delivery_count() == 2
+        c1.acknowledge(m1, AcknowledgeType.ACCEPT)
+        assert commit_errors(c1.commit_sync(10)) == {(topic_name, 0): KafkaError.INVALID_RECORD_STATE}
+        s = scrape(addr)
+        assert value(s, "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total", topic=topic_name) == 1
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") == 0
+        labels = {"group": group, "topic": topic_name, "partition": "0"}
+        assert value(s, "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total", **labels) == 1
+        assert value(s, "kafka_server_sharepartitionmetrics_acquiredrecords", **labels) == 1  # c2 holds it
+        assert total(s, "kafka_network_requestmetrics_errors_total", error="INVALID_RECORD_STATE") >= 1
+    finally:
+        _closing(c1, c2)

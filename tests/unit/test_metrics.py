@@ -38,15 +38,18 @@ def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
     r.produced("orders", 10, 1200)
     r.produced("orders", 5, 600)
     r.fetched("orders", 1800)
-    r.share_acknowledged("orders", {ACCEPT: 7, RELEASE: 2, 0: 1}, False)  # gaps (0) are not counted
-    r.share_acknowledged("orders", None, True)
-    r.share_acknowledged(None, None, True)  # unknown topic: no topic series
+    r.share_acknowledged({ACCEPT: 7, RELEASE: 2, 0: 1})  # gaps (0) are not counted
+    r.share_requests("acknowledgement", {"orders": False, "audit": True})
+    r.share_requests("acknowledgement", {"orders": True})
+    r.share_requests("fetch", {"orders": False})
     assert r.requests == {(0, 11): 2, (78, 2): 1}
     assert r.errors == {(0, "NONE"): 3, (0, "NOT_LEADER_OR_FOLLOWER"): 1, (78, "SHARE_SESSION_NOT_FOUND"): 1}
     assert r.latency[0].cumulative()[1] == ("0.5", 1) and r.latency[0].cumulative()[-1] == ("+Inf", 2)
     assert (r.messages_in, r.bytes_in, r.bytes_out) == ({"orders": 15}, {"orders": 1800}, {"orders": 1800})
     assert r.record_acks == {ACCEPT: 7, RELEASE: 2, REJECT: 0, 4: 0}
-    assert (r.share_ack_requests, r.share_ack_failed) == ({"orders": 2}, {"orders": 1})
+    assert r.share_requests_total == {("acknowledgement", "orders"): 2, ("acknowledgement", "audit"): 1,
+                                      ("fetch", "orders"): 1}
+    assert r.share_requests_failed == {("acknowledgement", "audit"): 1, ("acknowledgement", "orders"): 1}
 
 
 def test_error_counts_walk_a_kio_response_as_kafkas_error_counts() -> None:
