@@ -30,6 +30,7 @@ from sharebroker.storage.files import (
     write_atomic,
     write_offset_checkpoint,
 )
+from sharebroker.storage.file_cache import FileCache
 from sharebroker.storage.log_config import LogConfig
 from sharebroker.storage.partition_log import PartitionLog
 
@@ -85,10 +86,11 @@ def _remove_new_dir(path: Path) -> None:
 
 
 class LogManager:
-    """Owns the PartitionLogs of one log directory."""
+    """Owns the PartitionLogs of one log directory; their open files are bounded by `files`."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, files: FileCache | None = None) -> None:
         self.log_dir = Path(log_dir)
+        self.files = FileCache() if files is None else files
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.clean_shutdown = False  # what open_all found
         self.report: list[str] = []  # directory-level notes (checkpoint problems, removed dirs)
@@ -132,7 +134,7 @@ class LogManager:
             path = Path(entry.path)
             log = PartitionLog.open(path, configs(key[0]), recovery_point=recovery.get(key, 0),
                                     clean_shutdown=self.clean_shutdown, now_ms=now_ms,
-                                    log_start_offset=starts.get(key, 0))
+                                    log_start_offset=starts.get(key, 0), files=self.files)
             try:
                 tid = read_partition_metadata(path)
                 log.topic_id = str(tid) if tid is not None else None
@@ -172,7 +174,8 @@ class LogManager:
         opened: PartitionLog | None = None
         try:
             # A directory we did not open ourselves gets full recovery (recovery point 0).
-            log = opened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=not existed, now_ms=now_ms)
+            log = opened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=not existed, now_ms=now_ms,
+                                           files=self.files)
             if tid is not None:
                 write_partition_metadata(path, tid)
                 log.topic_id = tid
