@@ -30,7 +30,7 @@ from sharebroker.storage.files import (
     write_atomic,
     write_offset_checkpoint,
 )
-from sharebroker.storage.file_cache import FileCache
+from sharebroker.storage.file_cache import FileCache, open_file
 from sharebroker.storage.log_config import LogConfig
 from sharebroker.storage.partition_log import PartitionLog
 
@@ -67,9 +67,13 @@ def write_partition_metadata(directory: Path, topic_id: uuid.UUID | str) -> None
 def read_partition_metadata(directory: Path) -> uuid.UUID | None:
     """The topic id in `partition.metadata`, None if absent; ValueError if unreadable."""
     try:
-        text = (directory / PARTITION_METADATA).read_text(encoding="utf-8")
+        fd = open_file(os.path.join(directory, PARTITION_METADATA), os.O_RDONLY)  # not pathlib: once per partition at start
     except FileNotFoundError:
         return None
+    try:
+        text = os.read(fd, 4096).decode("utf-8")
+    finally:
+        os.close(fd)
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     if fields.get("version", "").strip() != "0" or "topic_id" not in fields:
         raise ValueError(f"unsupported {PARTITION_METADATA}: {text!r}")
@@ -120,6 +124,7 @@ class LogManager:
         self.clean_shutdown = marker.exists()
         recovery = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
+        topic_configs: dict[str, LogConfig] = {}  # one per topic, not per partition
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir(follow_symlinks=False):
                 continue
@@ -132,7 +137,10 @@ class LogManager:
             if key is None:
                 continue
             path = Path(entry.path)
-            log = PartitionLog.open(path, configs(key[0]), recovery_point=recovery.get(key, 0),
+            config = topic_configs.get(key[0])
+            if config is None:
+                config = topic_configs[key[0]] = configs(key[0])
+            log = PartitionLog.open(path, config, recovery_point=recovery.get(key, 0),
                                     clean_shutdown=self.clean_shutdown, now_ms=now_ms,
                                     log_start_offset=starts.get(key, 0), files=self.files)
             try:

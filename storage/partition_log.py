@@ -116,9 +116,12 @@ class PartitionLog:
         damaged indexes are rebuilt from the batch headers. What was done is in recovery_report.
         Descriptors come from `files` (the process's default cache if None)."""
         files = default_cache() if files is None else files
-        path.mkdir(parents=True, exist_ok=True)
         report: list[str] = []
-        names = with_descriptor(lambda: os.listdir(path))
+        try:
+            names = with_descriptor(lambda: os.listdir(path))
+        except FileNotFoundError:
+            path.mkdir(parents=True, exist_ok=True)
+            names = []
         bases = sorted(int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
         known = set(bases)
         for name in names:

@@ -192,7 +192,7 @@ class LogSegment:
     """A segment's files and in-memory indexes. Not thread-safe: PartitionLog serialises access."""
 
     __slots__ = (
-        "base_offset", "directory", "files", "_fd", "size", "next_offset",
+        "base_offset", "directory", "_stem", "files", "_fd", "size", "next_offset",
         "max_timestamp", "offset_of_max_timestamp", "created_ms", "rolling_base_ts",
         "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
         "_idx_file_entries", "_tidx_file_entries",
@@ -203,6 +203,9 @@ class LogSegment:
     def __init__(self, directory: Path, base_offset: int, created_ms: int, files: FileCache) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        # The files' path without extension, as a string: opening by it skips pathlib (a start-up
+        # opens every partition's log).
+        self._stem = os.path.join(directory, segment_name(base_offset))
         self.created_ms = created_ms
         self.files = files
         self._fd = -1  # the .log descriptor while the cache keeps it open
@@ -279,7 +282,7 @@ class LogSegment:
     def _open_log(self, flags: int) -> int:
         files = self.files
         files.admit(self)
-        self._fd = files.open(self.log_path, flags)
+        self._fd = files.open(self._stem + ".log", flags)
         files.added(self)
         return self._fd
 
@@ -316,8 +319,8 @@ class LogSegment:
         try:
             if os.fstat(fd).st_size:
                 raise FileExistsError(f"segment {seg.log_path} already exists and is not empty")
-            for path in (seg.index_path, seg.timeindex_path):
-                os.close(files.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+            for ext in (".index", ".timeindex"):
+                os.close(files.open(seg._stem + ext, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
         except BaseException:
             seg.close_fds()  # e.g. no inode left: the empty files are harmless, the fds are not
             raise
@@ -333,11 +336,12 @@ class LogSegment:
         try:
             seg.size = os.fstat(fd).st_size
             loaded = []
-            for path, entry in ((seg.index_path, INDEX_ENTRY), (seg.timeindex_path, TIME_INDEX_ENTRY)):
+            for ext, entry in ((".index", INDEX_ENTRY), (".timeindex", TIME_INDEX_ENTRY)):
+                path = seg._stem + ext
                 data = seg._read_index(path)
                 if data is None:
                     if seg.size:
-                        seg.index_damage.append(f"{path.name} missing")
+                        seg.index_damage.append(f"{os.path.basename(path)} missing")
                         seg.time_index_damaged |= entry == TIME_INDEX_ENTRY
                     os.close(files.open(path, os.O_WRONLY | os.O_CREAT))
                     seg.index_unsynced = seg.dirty = True
@@ -353,7 +357,7 @@ class LogSegment:
             raise
         return seg
 
-    def _read_index(self, path: Path) -> bytes | None:
+    def _read_index(self, path: str) -> bytes | None:
         try:
             fd = self.files.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -513,7 +517,7 @@ class LogSegment:
         n = len(self._idx_rel)
         if self._idx_synced != n or self._idx_file_entries != n:
             keep = self._idx_synced
-            fd = self.files.open(self.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            fd = self.files.open(self._stem + ".index", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 self.index_unsynced = True
                 if self._idx_file_entries != keep:
@@ -533,7 +537,7 @@ class LogSegment:
         n = len(self._tidx_ts)
         if self._tidx_synced != n or self._tidx_file_entries != n:
             keep = self._tidx_synced
-            fd = self.files.open(self.timeindex_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            fd = self.files.open(self._stem + ".timeindex", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 self.index_unsynced = True
                 if self._tidx_file_entries != keep:
@@ -666,7 +670,8 @@ class LogSegment:
         meanwhile (retention, DeleteTopics) needs nothing."""
         if self.sync_error is not None:
             raise self.sync_error
-        for path in (self.log_path, self.index_path, self.timeindex_path) if with_index else (self.log_path,):
+        stem = self._stem
+        for path in (stem + ".log", stem + ".index", stem + ".timeindex") if with_index else (stem + ".log",):
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:

@@ -65,7 +65,7 @@ def test_create_open_close_and_reopen(tmp_path: Path) -> None:
     assert m2.clean_shutdown
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # removed once the logs are open
     assert sorted(logs) == sorted(names)
-    assert sorted(seen) == sorted(t for t, _ in names)
+    assert sorted(seen) == sorted({t for t, _ in names})  # once per topic, not per partition
     assert logs[("a-b-c", 12)].log_end_offset == 15
     assert logs[("a-b-c", 12)].recovery_point == 15
     assert m2.create("orders", 0, SMALL, now_ms=NOW) is logs[("orders", 0)]
