@@ -15,7 +15,6 @@ except ImportError:  # pragma: no cover - not POSIX
     resource = None  # type: ignore[assignment]
 
 _DARWIN_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX; the JVM caps it there too
-MIN_OPEN_FILES = 64  # what a broker needs before any connection: its modules, listeners, a few logs
 
 
 def raise_limit() -> tuple[int, int, int] | None:
@@ -41,18 +40,19 @@ def exhausted(exc: BaseException) -> bool:
 
 def startup_advice(log_dir: Path, exc: OSError) -> str:
     """What a start-up that ran out of descriptors prints: which limit to raise. However many
-    partitions the data directory holds, only a limit below what the process itself needs gets here."""
+    partitions the data directory holds, only a limit of a few dozen (a broker with no partitions
+    starts under 24) gets here."""
     limits = ""
     if resource is not None:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         shown = ["unlimited" if v == resource.RLIM_INFINITY else str(v) for v in (soft, hard)]
         limits = f" (open-file limit: soft {shown[0]}, hard {shown[1]})"
-    return (f"{exc.strerror or exc}{limits} while opening the data directory {log_dir}: the broker needs at least "
-            f"{MIN_OPEN_FILES} open files, and more for connections and its log files' budget "
-            f"(log.open.files.budget, half the limit by default). Raise the limit: `ulimit -n 1024` in the shell "
+    return (f"{exc.strerror or exc}{limits} while opening the data directory {log_dir}: the broker needs a few "
+            f"dozen open files of its own, and more for connections and its log files (log.open.files.budget, half "
+            f"the limit by default). Raise the limit: `ulimit -n 1024` in the shell "
             f"that starts the broker (up to the hard limit, `ulimit -Hn`; beyond it raise the hard limit, e.g. "
             f"LimitNOFILE= in a systemd unit or nofile in /etc/security/limits.conf), or "
             f"`docker run --ulimit nofile=1024:1024`.")
 
 
-__all__ = ["MIN_OPEN_FILES", "exhausted", "raise_limit", "startup_advice"]
+__all__ = ["exhausted", "raise_limit", "startup_advice"]

@@ -23,14 +23,14 @@ log = get_logger("sharebroker.topics")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # a broker may hold 100,000: no per-instance dict
 class Partition:
     topic: "Topic"
     index: int
     log: PartitionLog
     producers: PartitionProducers = field(default_factory=PartitionProducers)
     leader_epoch: int = 0
-    _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    _waiters: set[asyncio.Future[None]] | None = None  # made by the first long poll
 
     @property
     def last_stable_offset(self) -> int:
@@ -52,6 +52,8 @@ class Partition:
     def wait_for_append(self) -> asyncio.Future[None]:
         """A future resolved at the next append (long-polling fetches wait on it)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = set()
         self._waiters.add(fut)
         fut.add_done_callback(self._waiters.discard)
         return fut

@@ -125,6 +125,7 @@ class LogManager:
         recovery = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
         topic_configs: dict[str, LogConfig] = {}  # one per topic, not per partition
+        topic_ids: dict[uuid.UUID, str] = {}
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir(follow_symlinks=False):
                 continue
@@ -145,7 +146,8 @@ class LogManager:
                                     log_start_offset=starts.get(key, 0), files=self.files)
             try:
                 tid = read_partition_metadata(path)
-                log.topic_id = str(tid) if tid is not None else None
+                # One string per topic, not per partition.
+                log.topic_id = topic_ids.setdefault(tid, str(tid)) if tid is not None else None
             except ValueError as exc:
                 log.recovery_report.append(str(exc))
             log.on_log_start_offset_change = self._log_start_offset_changed

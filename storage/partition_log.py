@@ -83,6 +83,11 @@ def _corrupt(seg: LogSegment, torn: TornBatch, offset: int) -> CorruptLogError:
 class PartitionLog:
     """The log of one topic-partition. Use `PartitionLog.open` (or LogManager)."""
 
+    # A broker may hold 100,000 of these: no per-instance dict.
+    __slots__ = ("path", "config", "files", "topic_id", "_segments", "_bases", "log_end_offset", "log_start_offset",
+                 "recovery_point", "last_flush_ms", "recovery_report", "_lock", "_flush_lock", "_dir_dirty", "_closed",
+                 "on_log_start_offset_change")
+
     def __init__(self, path: Path, config: LogConfig, segments: list[LogSegment], *, log_start_offset: int,
                  recovery_point: int, now_ms: int, report: list[str], files: FileCache) -> None:
         self.path = path
