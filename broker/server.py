@@ -441,12 +441,12 @@ async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:
     # multi-line "Task exception was never retrieved".
     install_loop_exception_handler(asyncio.get_running_loop())
     tune_allocator()
+    # Before the broker is built: the log files' budget is derived from the raised limit.
     limits = raise_limit()
-    if limits is not None:
-        # Every partition keeps three files open: a shell's default soft limit (1024; 256 on
-        # macOS) runs out after a few hundred partitions, well before the hard limit does.
-        log.info("open file limit", soft_before=limits[0], soft=limits[1], hard=limits[2])
     broker = Broker(config, ready_file=ready_file)
+    if limits is not None:
+        log.info("open file limit", soft_before=limits[0], soft=limits[1], hard=limits[2],
+                 log_files_budget=broker.topics.logs.files.capacity)
     await broker.start()
     # What start-up made (modules, kio's schema classes, loaded state) lives as long as the
     # process: keep it out of the collector's full passes, which took ~20 ms under load with it.

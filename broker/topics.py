@@ -14,8 +14,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.producers import PartitionProducers, load_producers, save_snapshot
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config import BrokerConfig, ConfigError, TopicConfig, topic_config
-from sharebroker.broker.open_files import FILES_PER_PARTITION, check_room
-from sharebroker.storage import LogConfig, LogManager, PartitionLog, TopicStore
+from sharebroker.storage import FileCache, LogConfig, LogManager, PartitionLog, TopicStore
 from sharebroker.storage.topics import random_kafka_uuid
 from sharebroker.protocol.errors import KafkaError
 
@@ -24,14 +23,14 @@ log = get_logger("sharebroker.topics")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # a broker may hold 100,000: no per-instance dict
 class Partition:
     topic: "Topic"
     index: int
     log: PartitionLog
     producers: PartitionProducers = field(default_factory=PartitionProducers)
     leader_epoch: int = 0
-    _waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    _waiters: set[asyncio.Future[None]] | None = None  # made by the first long poll
 
     @property
     def last_stable_offset(self) -> int:
@@ -53,6 +52,8 @@ class Partition:
     def wait_for_append(self) -> asyncio.Future[None]:
         """A future resolved at the next append (long-polling fetches wait on it)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = set()
         self._waiters.add(fut)
         fut.add_done_callback(self._waiters.discard)
         return fut
@@ -86,7 +87,8 @@ class Topics:
         self._config = config
         self.log_dir = log_dir
         self.store = TopicStore(log_dir)
-        self.logs = LogManager(log_dir)
+        budget = config["log.open.files.budget"]
+        self.logs = LogManager(log_dir, FileCache(None if budget < 0 else budget))
         self.by_name: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.auto_creating: set[str] = set()  # names a Metadata request asked to create, not created yet
@@ -183,7 +185,6 @@ class Topics:
         """Partitions [start, end) of `topic` with fresh logs, or none of them (KafkaError)."""
         created: list[Partition] = []
         try:
-            check_room((end - start) * FILES_PER_PARTITION, f"creating {end - start} partition(s) of topic {topic.name}")
             lc = log_config(topic.config)
             for i in range(start, end):
                 created.append(Partition(topic, i, self.logs.create(topic.name, i, lc, now_ms=now_ms,

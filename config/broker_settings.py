@@ -157,6 +157,10 @@ def _broker_defs() -> list[ConfigDef]:
           "log.flush.scheduler.interval.ms is used.", dynamic=True),
         d("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the time-based flush check runs; also the "
           "flush interval when log.flush.interval.ms is unset."),
+        d("log.open.files.budget", "int", -1, "sharebroker only: how many segment log files the broker keeps open "
+          "at once (least recently used ones are closed and reopened on the next read or append; index files are "
+          "opened per write). -1: half the open-file limit, the other half being for connections. Kafka keeps every "
+          "segment open.", AtLeast(-1)),
         d("log.flush.offset.checkpoint.interval.ms", "int", 60000, "How often the recovery point is checkpointed.", AtLeast(0)),
         d("log.segment.delete.delay.ms", "long", 60000, "Delay before a deleted segment's files are removed.", AtLeast(0)),
         d("log.preallocate", "boolean", False, "Preallocate segment files."),

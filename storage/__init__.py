@@ -5,6 +5,7 @@ Storage knows record-batch headers only (protocol.record_batch); it never import
 sockets, kio or config. Settings arrive as a LogConfig of plain values.
 """
 
+from sharebroker.storage.file_cache import FileCache
 from sharebroker.storage.files import CheckpointError, fsync_dir, write_atomic
 from sharebroker.storage.log_config import LogConfig
 from sharebroker.storage.log_manager import (
@@ -40,6 +41,7 @@ __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "CheckpointError",
     "CorruptLogError",
+    "FileCache",
     "LOG_START_OFFSET_CHECKPOINT",
     "LogClosedError",
     "LogConfig",

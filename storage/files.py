@@ -8,6 +8,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from sharebroker.storage.file_cache import open_file
+
 LOCK_FILE = ".lock"
 
 
@@ -42,7 +44,7 @@ class LogDirLock:
 
 def fsync_dir(path: Path) -> None:
     """Make a directory's entries (created, renamed, deleted files) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_file(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
@@ -67,7 +69,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Replace `path` so a crash leaves either the old or the new content: write a temp file,
     fsync it, rename it over `path`, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
             write_all(fd, data)

@@ -30,6 +30,7 @@ from sharebroker.storage.files import (
     write_atomic,
     write_offset_checkpoint,
 )
+from sharebroker.storage.file_cache import FileCache, open_file
 from sharebroker.storage.log_config import LogConfig
 from sharebroker.storage.partition_log import PartitionLog
 
@@ -66,9 +67,13 @@ def write_partition_metadata(directory: Path, topic_id: uuid.UUID | str) -> None
 def read_partition_metadata(directory: Path) -> uuid.UUID | None:
     """The topic id in `partition.metadata`, None if absent; ValueError if unreadable."""
     try:
-        text = (directory / PARTITION_METADATA).read_text(encoding="utf-8")
+        fd = open_file(os.path.join(directory, PARTITION_METADATA), os.O_RDONLY)  # not pathlib: once per partition at start
     except FileNotFoundError:
         return None
+    try:
+        text = os.read(fd, 4096).decode("utf-8")
+    finally:
+        os.close(fd)
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     if fields.get("version", "").strip() != "0" or "topic_id" not in fields:
         raise ValueError(f"unsupported {PARTITION_METADATA}: {text!r}")
@@ -85,10 +90,11 @@ def _remove_new_dir(path: Path) -> None:
 
 
 class LogManager:
-    """Owns the PartitionLogs of one log directory."""
+    """Owns the PartitionLogs of one log directory; their open files are bounded by `files`."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, files: FileCache | None = None) -> None:
         self.log_dir = Path(log_dir)
+        self.files = FileCache() if files is None else files
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.clean_shutdown = False  # what open_all found
         self.report: list[str] = []  # directory-level notes (checkpoint problems, removed dirs)
@@ -118,6 +124,8 @@ class LogManager:
         self.clean_shutdown = marker.exists()
         recovery = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
+        topic_configs: dict[str, LogConfig] = {}  # one per topic, not per partition
+        topic_ids: dict[uuid.UUID, str] = {}
         for entry in sorted(os.scandir(self.log_dir), key=lambda e: e.name):
             if not entry.is_dir(follow_symlinks=False):
                 continue
@@ -130,12 +138,16 @@ class LogManager:
             if key is None:
                 continue
             path = Path(entry.path)
-            log = PartitionLog.open(path, configs(key[0]), recovery_point=recovery.get(key, 0),
+            config = topic_configs.get(key[0])
+            if config is None:
+                config = topic_configs[key[0]] = configs(key[0])
+            log = PartitionLog.open(path, config, recovery_point=recovery.get(key, 0),
                                     clean_shutdown=self.clean_shutdown, now_ms=now_ms,
-                                    log_start_offset=starts.get(key, 0))
+                                    log_start_offset=starts.get(key, 0), files=self.files)
             try:
                 tid = read_partition_metadata(path)
-                log.topic_id = str(tid) if tid is not None else None
+                # One string per topic, not per partition.
+                log.topic_id = topic_ids.setdefault(tid, str(tid)) if tid is not None else None
             except ValueError as exc:
                 log.recovery_report.append(str(exc))
             log.on_log_start_offset_change = self._log_start_offset_changed
@@ -172,7 +184,8 @@ class LogManager:
         opened: PartitionLog | None = None
         try:
             # A directory we did not open ourselves gets full recovery (recovery point 0).
-            log = opened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=not existed, now_ms=now_ms)
+            log = opened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=not existed, now_ms=now_ms,
+                                           files=self.files)
             if tid is not None:
                 write_partition_metadata(path, tid)
                 log.topic_id = tid

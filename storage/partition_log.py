@@ -2,9 +2,10 @@
 loop thread and fsynced from a worker thread.
 
 Threading: append, read, retention, delete_records, close and delete run on one thread (the
-event loop). flush() may run concurrently on another thread. `_lock` guards the segment list and
-the counters a flush reads; a flush pins the segments it fsyncs, and a segment removed meanwhile
-has its fds closed by the flush when it is done, never under it.
+event loop), which is also the only one that opens and closes the segments' cached descriptors.
+flush() may run concurrently on another thread. `_lock` guards the segment list and the counters
+a flush reads; a flush fsyncs through descriptors of its own, so a segment removed or a descriptor
+closed meanwhile takes nothing from under it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sharebroker.protocol.record_batch import (
     assign_offsets,
     record_timestamps,
 )
+from sharebroker.storage.file_cache import FileCache, default_cache, with_descriptor
 from sharebroker.storage.files import fsync_dir
 from sharebroker.storage.log_config import LogConfig
 from sharebroker.storage import txn_index
@@ -81,10 +83,16 @@ def _corrupt(seg: LogSegment, torn: TornBatch, offset: int) -> CorruptLogError:
 class PartitionLog:
     """The log of one topic-partition. Use `PartitionLog.open` (or LogManager)."""
 
+    # A broker may hold 100,000 of these: no per-instance dict.
+    __slots__ = ("path", "config", "files", "topic_id", "_segments", "_bases", "log_end_offset", "log_start_offset",
+                 "recovery_point", "last_flush_ms", "recovery_report", "_lock", "_flush_lock", "_dir_dirty", "_closed",
+                 "on_log_start_offset_change")
+
     def __init__(self, path: Path, config: LogConfig, segments: list[LogSegment], *, log_start_offset: int,
-                 recovery_point: int, now_ms: int, report: list[str]) -> None:
+                 recovery_point: int, now_ms: int, report: list[str], files: FileCache) -> None:
         self.path = path
         self.config = config
+        self.files = files
         self.topic_id: str | None = None  # from partition.metadata, set by LogManager
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -104,16 +112,21 @@ class PartitionLog:
 
     @classmethod
     def open(cls, path: Path, config: LogConfig, *, recovery_point: int, clean_shutdown: bool, now_ms: int,
-             log_start_offset: int = 0) -> PartitionLog:
+             log_start_offset: int = 0, files: FileCache | None = None) -> PartitionLog:
         """Load the segments in `path` (created if missing). After an unclean shutdown every batch
         from the offset-index entry at or below `recovery_point` to the end of the log is checked
         (header and CRC); the log is cut at the first torn or corrupt batch and later segments are
         dropped. Segments below the recovery point, and all segments after a clean shutdown, only
         get their tail (from their last index entry) walked to learn where they end. Missing or
-        damaged indexes are rebuilt from the batch headers. What was done is in recovery_report."""
-        path.mkdir(parents=True, exist_ok=True)
+        damaged indexes are rebuilt from the batch headers. What was done is in recovery_report.
+        Descriptors come from `files` (the process's default cache if None)."""
+        files = default_cache() if files is None else files
         report: list[str] = []
-        names = os.listdir(path)
+        try:
+            names = with_descriptor(lambda: os.listdir(path))
+        except FileNotFoundError:
+            path.mkdir(parents=True, exist_ok=True)
+            names = []
         bases = sorted(int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
         known = set(bases)
         for name in names:
@@ -126,7 +139,7 @@ class PartitionLog:
         segments: list[LogSegment] = []
         try:
             for base in bases:
-                segments.append(LogSegment.open_existing(path, base, now_ms))
+                segments.append(LogSegment.open_existing(path, base, now_ms, files))
             first_recovered = len(segments)
             if not clean_shutdown and segments:
                 first_recovered = max(bisect_right(bases, recovery_point) - 1, 0)
@@ -179,14 +192,14 @@ class PartitionLog:
                                   f"offset of the next segment {b.base_offset}")
             dir_dirty = bool(report)  # files were removed or cut: make that durable at the next flush
             if not segments:
-                segments.append(LogSegment.create(path, max(log_start_offset, 0), now_ms))
+                segments.append(LogSegment.create(path, max(log_start_offset, 0), now_ms, files))
                 dir_dirty = True
         except BaseException:
             for seg in segments:
                 seg.close_fds()
             raise
         log = cls(path, config, segments, log_start_offset=log_start_offset,
-                  recovery_point=recovery_point, now_ms=now_ms, report=report)
+                  recovery_point=recovery_point, now_ms=now_ms, report=report, files=files)
         if clean_shutdown:
             log.recovery_point = log.log_end_offset
         log._dir_dirty = dir_dirty
@@ -273,7 +286,7 @@ class PartitionLog:
     def _roll(self, now_ms: int) -> LogSegment:
         """Start a new active segment at the log end offset (caller holds the lock)."""
         self._segments[-1].seal()
-        seg = LogSegment.create(self.path, self.log_end_offset, now_ms)
+        seg = LogSegment.create(self.path, self.log_end_offset, now_ms, self.files)
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._dir_dirty = True
@@ -338,7 +351,7 @@ class PartitionLog:
             except TornBatch as torn:
                 raise _corrupt(seg, torn, target) from None
             if start >= 0:
-                data = os.pread(seg.fd, end - start, start)
+                data = os.pread(seg.log_fd(), end - start, start)
                 if len(data) != end - start:
                     raise CorruptLogError(f"short read from {seg.log_path} at position {start}",
                                           path=str(seg.log_path), position=start, reason="short read",
@@ -402,7 +415,7 @@ class PartitionLog:
     @staticmethod
     def _record_timestamps(seg: LogSegment, pos: int, size: int) -> list[tuple[int, int]] | None:
         try:
-            return record_timestamps(os.pread(seg.fd, size, pos))
+            return record_timestamps(os.pread(seg.log_fd(), size, pos))
         except InvalidRecordError:
             return None  # records we cannot parse: answer at batch level rather than fail the request
 
@@ -467,7 +480,7 @@ class PartitionLog:
     def _largest_timestamp(self, seg: LogSegment) -> int:
         if seg.max_timestamp >= 0:
             return seg.max_timestamp
-        return os.fstat(seg.fd).st_mtime_ns // 1_000_000
+        return os.stat(seg.log_path).st_mtime_ns // 1_000_000
 
     def _deletable(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
         """How many leading segments satisfy `predicate`, stopping at the first that does not."""
@@ -500,7 +513,7 @@ class PartitionLog:
         del self._segments[:n]
         del self._bases[:n]
         for seg in doomed:
-            seg.release()
+            seg.close_fds()
             seg.unlink()
         self._dir_dirty = True
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
@@ -545,16 +558,17 @@ class PartitionLog:
                     return self.recovery_point
                 segs = [s for s in self._segments if s.dirty or s.index_pending]
                 for s in segs:
-                    s.sync_index_files()  # pending entries first; raises (nothing pinned yet) if refused
+                    s.sync_index_files()  # pending entries first; raises (nothing taken yet) if refused
+                synced: list[tuple[LogSegment, bool, bool]] = []
                 for s in segs:
                     s.index_error = None
-                    s.dirty = False
-                    s.pins += 1
+                    synced.append((s, s.log_unsynced, s.index_unsynced))
+                    s.dirty = s.log_unsynced = s.index_unsynced = False
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             ok = False
             try:
-                for s in segs:
-                    s.fsync()
+                for s, _, with_index in synced:
+                    s.fsync(with_index)
                 if dir_dirty:
                     try:
                         fsync_dir(self.path)
@@ -563,13 +577,11 @@ class PartitionLog:
                 ok = True
             finally:
                 with self._lock:
-                    for s in segs:
-                        s.pins -= 1
-                        if not ok:
-                            s.dirty = True
-                        if s.close_pending and not s.pins:
-                            s.close_fds()
                     if not ok:
+                        for s, log_unsynced, index_unsynced in synced:
+                            s.dirty = True
+                            s.log_unsynced |= log_unsynced
+                            s.index_unsynced |= index_unsynced
                         self._dir_dirty = self._dir_dirty or dir_dirty
                     else:
                         if upto > self.recovery_point:
@@ -587,7 +599,7 @@ class PartitionLog:
         with self._lock:
             self._closed = True
             for seg in self._segments:
-                seg.release()
+                seg.close_fds()
 
     def close_files(self) -> None:
         """Close the files without sealing or flushing: a start-up that failed wrote nothing that
@@ -595,14 +607,14 @@ class PartitionLog:
         with self._lock:
             self._closed = True
             for seg in self._segments:
-                seg.release()
+                seg.close_fds()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory (DeleteTopics)."""
         with self._lock:
             self._closed = True
             for seg in self._segments:
-                seg.release()
+                seg.close_fds()
         shutil.rmtree(self.path, ignore_errors=False)
         try:
             fsync_dir(self.path.parent)

@@ -2,8 +2,9 @@
 (relative offset int32, position int32) and `.timeindex` (timestamp int64, relative offset int32),
 and `.txnindex` once a transaction aborted in it (see txn_index).
 
-Indexes are kept in memory as arrays for bisect and written through to their files on append
-(append-only, never preallocated). An offset-index entry maps the *last* offset of a batch to the
+Indexes are kept in memory as arrays for bisect and written to their files in groups (append-only,
+never preallocated), each write opening the file for that write; the `.log` descriptor comes from
+the FileCache, which keeps only a budget of them open (see file_cache). An offset-index entry maps the *last* offset of a batch to the
 position where that batch starts, as Kafka does, and is added for a batch when more than
 index.interval.bytes lie between the previous entry's batch and this one. That rule depends only
 on positions, so a rebuilt index comes out identical to the one written by appends. A time-index
@@ -13,6 +14,7 @@ when the largest timestamp grew, and once more when the segment stops being acti
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import sys
@@ -32,6 +34,7 @@ from sharebroker.protocol.record_batch import (
     BatchHeader,
     read_header,
 )
+from sharebroker.storage.file_cache import FileCache
 from sharebroker.storage.files import write_all
 from sharebroker.storage.log_config import LogConfig
 
@@ -189,21 +192,23 @@ class LogSegment:
     """A segment's files and in-memory indexes. Not thread-safe: PartitionLog serialises access."""
 
     __slots__ = (
-        "base_offset", "directory", "fd", "idx_fd", "tidx_fd", "size", "next_offset",
+        "base_offset", "directory", "_stem", "files", "_fd", "size", "next_offset",
         "max_timestamp", "offset_of_max_timestamp", "created_ms", "rolling_base_ts",
         "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
         "_idx_file_entries", "_tidx_file_entries",
-        "dirty", "pins", "close_pending", "closed", "index_damage", "time_index_damaged", "index_error",
-        "untruncated", "txn_dirty", "has_txnindex",
+        "dirty", "log_unsynced", "index_unsynced", "sync_error", "closed", "index_damage", "time_index_damaged",
+        "index_error", "untruncated", "txn_dirty", "has_txnindex",
     )
 
-    def __init__(self, directory: Path, base_offset: int, created_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, created_ms: int, files: FileCache) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        # The files' path without extension, as a string: opening by it skips pathlib (a start-up
+        # opens every partition's log).
+        self._stem = os.path.join(directory, segment_name(base_offset))
         self.created_ms = created_ms
-        self.fd = -1
-        self.idx_fd = -1
-        self.tidx_fd = -1
+        self.files = files
+        self._fd = -1  # the .log descriptor while the cache keeps it open
         self.size = 0
         self.next_offset = base_offset  # offset after the last batch
         self.max_timestamp = -1
@@ -218,8 +223,11 @@ class LogSegment:
         self._idx_file_entries = 0  # entries the file holds (-1: unknown, truncate before appending)
         self._tidx_file_entries = 0
         self.dirty = False  # written since the last fsync
-        self.pins = 0  # concurrent flushes using the fds
-        self.close_pending = False
+        self.log_unsynced = False  # .log bytes written or cut since the last fsync
+        self.index_unsynced = False  # index files created, written or cut since the last fsync
+        # An fsync failed when the cache closed the descriptor: the pages may be lost, so every
+        # later flush of this segment fails rather than report them durable.
+        self.sync_error: OSError | None = None
         self.closed = False
         self.index_damage: list[str] = []  # what was wrong with the index files at open
         self.time_index_damaged = False
@@ -271,50 +279,97 @@ class LogSegment:
 
     # -- opening --------------------------------------------------------------------------------
 
-    @classmethod
-    def create(cls, directory: Path, base_offset: int, now_ms: int) -> LogSegment:
-        seg = cls(directory, base_offset, now_ms)
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
-        seg.fd = os.open(seg.log_path, flags, 0o644)
+    def _open_log(self, flags: int) -> int:
+        files = self.files
+        files.admit(self)
+        self._fd = files.open(self._stem + ".log", flags)
+        files.added(self)
+        return self._fd
+
+    def log_fd(self) -> int:
+        """The `.log` descriptor, reopened if the cache closed it. Use it before asking for another
+        segment's: that may close this one."""
+        fd = self._fd
+        if fd >= 0:
+            self.files.touch(self)
+            return fd
+        if self.closed:
+            raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
+        # No O_CREAT: a segment deleted under a reader must not come back as an empty file.
+        return self._open_log(os.O_RDWR | os.O_APPEND)
+
+    def _evicted(self) -> None:
+        """The cache closes the descriptor to make room: what it wrote is fsynced first, so the
+        descriptor that wrote sees a write-back error (a later one might not)."""
+        fd, self._fd = self._fd, -1
         try:
-            if os.fstat(seg.fd).st_size:
+            if self.log_unsynced:
+                self.log_unsynced = False
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    self.sync_error = exc
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, now_ms: int, files: FileCache) -> LogSegment:
+        seg = cls(directory, base_offset, now_ms, files)
+        fd = seg._open_log(os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        try:
+            if os.fstat(fd).st_size:
                 raise FileExistsError(f"segment {seg.log_path} already exists and is not empty")
-            seg.idx_fd = os.open(seg.index_path, flags | os.O_TRUNC, 0o644)
-            seg.tidx_fd = os.open(seg.timeindex_path, flags | os.O_TRUNC, 0o644)
+            for ext in (".index", ".timeindex"):
+                os.close(files.open(seg._stem + ext, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
         except BaseException:
             seg.close_fds()  # e.g. no inode left: the empty files are harmless, the fds are not
             raise
-        seg.dirty = True
+        seg.dirty = seg.index_unsynced = True
         return seg
 
     @classmethod
-    def open_existing(cls, directory: Path, base_offset: int, now_ms: int) -> LogSegment:
-        """Open the files and load both indexes, keeping only their valid leading entries; what
+    def open_existing(cls, directory: Path, base_offset: int, now_ms: int, files: FileCache) -> LogSegment:
+        """Open the log and load both indexes, keeping only their valid leading entries; what
         was dropped is listed in `index_damage` (the caller rebuilds from there)."""
-        seg = cls(directory, base_offset, now_ms)
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
-        seg.fd = os.open(seg.log_path, flags, 0o644)
+        seg = cls(directory, base_offset, now_ms, files)
+        fd = seg._open_log(os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
-            seg.size = os.fstat(seg.fd).st_size
-            for attr, path, entry in (("idx_fd", seg.index_path, INDEX_ENTRY),
-                                      ("tidx_fd", seg.timeindex_path, TIME_INDEX_ENTRY)):
-                if not path.exists() and seg.size:
-                    seg.index_damage.append(f"{path.name} missing")
-                    seg.time_index_damaged |= entry == TIME_INDEX_ENTRY
-                setattr(seg, attr, os.open(path, flags, 0o644))
-            seg._load_offset_index()
-            seg._load_time_index()
+            seg.size = os.fstat(fd).st_size
+            loaded = []
+            for ext, entry in ((".index", INDEX_ENTRY), (".timeindex", TIME_INDEX_ENTRY)):
+                path = seg._stem + ext
+                data = seg._read_index(path)
+                if data is None:
+                    if seg.size:
+                        seg.index_damage.append(f"{os.path.basename(path)} missing")
+                        seg.time_index_damaged |= entry == TIME_INDEX_ENTRY
+                    os.close(files.open(path, os.O_WRONLY | os.O_CREAT))
+                    seg.index_unsynced = seg.dirty = True
+                    data = b""
+                loaded.append(data)
+            seg._load_offset_index(loaded[0])
+            seg._load_time_index(loaded[1])
             if seg.size >= _WALK_SIZE:
-                first = _WALK.unpack_from(os.pread(seg.fd, _WALK_SIZE, 0))
+                first = _WALK.unpack_from(os.pread(seg.log_fd(), _WALK_SIZE, 0))
                 seg.rolling_base_ts = first[5] if first[2] == 2 else -1
         except BaseException:
             seg.close_fds()  # out of descriptors at start-up: the caller closes the other segments too
             raise
         return seg
 
-    def _load_offset_index(self) -> None:
-        size = os.fstat(self.idx_fd).st_size
-        data = os.pread(self.idx_fd, size, 0) if size else b""
+    def _read_index(self, path: str) -> bytes | None:
+        try:
+            fd = self.files.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            return os.pread(fd, size, 0) if size else b""
+        finally:
+            os.close(fd)
+
+    def _load_offset_index(self, data: bytes) -> None:
+        size = len(data)
         usable = size - size % INDEX_ENTRY
         if usable != size:
             self.index_damage.append(f"{self.index_path.name} size {size} is not a multiple of {INDEX_ENTRY}")
@@ -332,7 +387,7 @@ class LogSegment:
             del rel[keep:], pos[keep:]
         if len(rel):
             # The first entry must name a batch that really ends at that offset.
-            hdr = os.pread(self.fd, _WALK_SIZE, pos[0])
+            hdr = os.pread(self.log_fd(), _WALK_SIZE, pos[0])
             ok = len(hdr) == _WALK_SIZE
             if ok:
                 b, _, magic, _, delta, _ = _WALK.unpack_from(hdr)
@@ -345,9 +400,8 @@ class LogSegment:
         self._idx_synced = len(rel)
         self._idx_file_entries = size // INDEX_ENTRY if usable == size else -1
 
-    def _load_time_index(self) -> None:
-        size = os.fstat(self.tidx_fd).st_size
-        data = os.pread(self.tidx_fd, size, 0) if size else b""
+    def _load_time_index(self, data: bytes) -> None:
+        size = len(data)
         usable = size - size % TIME_INDEX_ENTRY
         if usable != size:
             self.index_damage.append(f"{self.timeindex_path.name} size {size} is not a multiple of "
@@ -384,7 +438,7 @@ class LogSegment:
         return self.lookup(max(off, min_offset))
 
     def walk(self, start: int) -> Iterator[Walked]:
-        return walk_headers(self.fd, start, self.size)
+        return walk_headers(self.log_fd(), start, self.size)
 
     @property
     def last_index_position(self) -> int:
@@ -401,14 +455,16 @@ class LogSegment:
         A failed write (a full disk) is cut off again so the file never keeps a partial append;
         if even that fails, the next append cuts it first, and is refused while it cannot."""
         start = self.size
+        fd = self.log_fd()
+        self.log_unsynced = True
         if self.untruncated:
-            os.ftruncate(self.fd, start)
+            os.ftruncate(fd, start)
             self.untruncated = False
         try:
-            write_all(self.fd, buf)
+            write_all(fd, buf)
         except BaseException:
             self.untruncated = True
-            os.ftruncate(self.fd, start)
+            os.ftruncate(fd, start)
             self.untruncated = False
             raise
         self.dirty = True
@@ -461,31 +517,41 @@ class LogSegment:
         n = len(self._idx_rel)
         if self._idx_synced != n or self._idx_file_entries != n:
             keep = self._idx_synced
-            if self._idx_file_entries != keep:
-                os.ftruncate(self.idx_fd, keep * INDEX_ENTRY)
-                self._idx_file_entries = keep
-            if n > keep:
-                out = bytearray((n - keep) * INDEX_ENTRY)
-                for i in range(keep, n):
-                    _IDX.pack_into(out, (i - keep) * INDEX_ENTRY, self._idx_rel[i], self._idx_pos[i])
-                self._idx_file_entries = -1  # unknown until the write completes
-                write_all(self.idx_fd, out)
-                self._idx_file_entries = n
+            fd = self.files.open(self._stem + ".index", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            try:
+                self.index_unsynced = True
+                if self._idx_file_entries != keep:
+                    os.ftruncate(fd, keep * INDEX_ENTRY)
+                    self._idx_file_entries = keep
+                if n > keep:
+                    out = bytearray((n - keep) * INDEX_ENTRY)
+                    for i in range(keep, n):
+                        _IDX.pack_into(out, (i - keep) * INDEX_ENTRY, self._idx_rel[i], self._idx_pos[i])
+                    self._idx_file_entries = -1  # unknown until the write completes
+                    write_all(fd, out)
+                    self._idx_file_entries = n
+            finally:
+                os.close(fd)
             self._idx_synced = n
             self.dirty = True
         n = len(self._tidx_ts)
         if self._tidx_synced != n or self._tidx_file_entries != n:
             keep = self._tidx_synced
-            if self._tidx_file_entries != keep:
-                os.ftruncate(self.tidx_fd, keep * TIME_INDEX_ENTRY)
-                self._tidx_file_entries = keep
-            if n > keep:
-                out = bytearray((n - keep) * TIME_INDEX_ENTRY)
-                for i in range(keep, n):
-                    _TIDX.pack_into(out, (i - keep) * TIME_INDEX_ENTRY, self._tidx_ts[i], self._tidx_rel[i])
-                self._tidx_file_entries = -1
-                write_all(self.tidx_fd, out)
-                self._tidx_file_entries = n
+            fd = self.files.open(self._stem + ".timeindex", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            try:
+                self.index_unsynced = True
+                if self._tidx_file_entries != keep:
+                    os.ftruncate(fd, keep * TIME_INDEX_ENTRY)
+                    self._tidx_file_entries = keep
+                if n > keep:
+                    out = bytearray((n - keep) * TIME_INDEX_ENTRY)
+                    for i in range(keep, n):
+                        _TIDX.pack_into(out, (i - keep) * TIME_INDEX_ENTRY, self._tidx_ts[i], self._tidx_rel[i])
+                    self._tidx_file_entries = -1
+                    write_all(fd, out)
+                    self._tidx_file_entries = n
+            finally:
+                os.close(fd)
             self._tidx_synced = n
             self.dirty = True
 
@@ -495,14 +561,14 @@ class LogSegment:
         pos = walk_from
         if crc_from is None or crc_from > walk_from:
             pos = self.size
-            for item in walk_headers(self.fd, walk_from, self.size):
+            for item in walk_headers(self.log_fd(), walk_from, self.size):
                 if crc_from is not None and item[0] >= crc_from:
                     pos = item[0]
                     break
                 yield item
         if pos >= self.size:
             return
-        for h in verify_batches(self.fd, pos, self.size):
+        for h in verify_batches(self.log_fd(), pos, self.size):
             yield h.position, h.base_offset, h.size, h.last_offset, h.max_timestamp, h.attributes
 
     def scan(self, walk_from: int, config: LogConfig, *, crc_from: int | None,
@@ -580,7 +646,8 @@ class LogSegment:
             self.sync_index_files()
             return None
         old = self.size
-        os.ftruncate(self.fd, cut.position)
+        os.ftruncate(self.log_fd(), cut.position)
+        self.log_unsynced = True
         self.size = cut.position
         self.dirty = True
         note = (f"{self.log_path.name}: truncated {old - cut.position} bytes at position {cut.position} "
@@ -596,10 +663,23 @@ class LogSegment:
 
     # -- durability and teardown ----------------------------------------------------------------
 
-    def fsync(self) -> None:
-        os.fsync(self.fd)
-        os.fsync(self.idx_fd)
-        os.fsync(self.tidx_fd)
+    def fsync(self, with_index: bool) -> None:
+        """fsync the log (and the index files, if written since their last fsync) through
+        descriptors of its own: a flush runs on another thread than the cache, which may close the
+        cached one meanwhile. fsync flushes the file, whichever descriptor asks. A file deleted
+        meanwhile (retention, DeleteTopics) needs nothing."""
+        if self.sync_error is not None:
+            raise self.sync_error
+        stem = self._stem
+        for path in (stem + ".log", stem + ".index", stem + ".timeindex") if with_index else (stem + ".log",):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         if self.txn_dirty:
             self.txn_dirty = False
             try:
@@ -615,19 +695,14 @@ class LogSegment:
                 os.close(fd)
 
     def close_fds(self) -> None:
+        """Close the log descriptor for good (the segment was closed or deleted)."""
         if self.closed:
             return
         self.closed = True
-        for fd in (self.fd, self.idx_fd, self.tidx_fd):
-            if fd >= 0:
-                os.close(fd)
-
-    def release(self) -> None:
-        """Close the fds now, or after the flush that is using them (caller holds the log lock)."""
-        if self.pins:
-            self.close_pending = True
-        else:
-            self.close_fds()
+        if self._fd >= 0:
+            self.files.forget(self)
+            os.close(self._fd)
+            self._fd = -1
 
     def unlink(self) -> None:
         for path in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):

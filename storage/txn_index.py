@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sharebroker.storage.file_cache import open_file
 from sharebroker.storage.files import write_all, write_atomic
 
 _ENTRY = struct.Struct(">hqqqq")
@@ -37,7 +38,7 @@ def append(path: Path, entries: Iterable[AbortedTxnEntry]) -> None:
     data = encode(entries)
     if not data:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         write_all(fd, data)
     finally:

@@ -1,5 +1,6 @@
 """Metadata (3) v0–13: this node as the only broker, controller and leader of every partition;
-topics by name or by topic id (v10+); auto topic creation."""
+topics by name or by topic id (v10+); auto topic creation. Encoded directly
+(protocol/metadata_responses.py): Metadata(all) lists every partition."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ from sharebroker.broker.apis.topics_admin import auto_create
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import Topic
 from sharebroker.protocol.errors import KafkaError, error_code_for
+from sharebroker.protocol.metadata_responses import (
+    INT32_MIN,
+    MetadataBroker,
+    MetadataTopic,
+    encode_metadata_response,
+)
 from sharebroker.protocol.topic_names import validate_topic_name
-from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.codec import DecodedRequest
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.server import Broker
 
 log = get_logger("sharebroker.metadata")
-INT32_MIN = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 # AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -29,30 +35,13 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
-def broker_entry(broker: Broker, conn: Connection) -> dict[str, Any]:
-    host, port = broker.endpoint(conn.listener)
-    return {"node_id": broker.node_id, "host": host, "port": port, "rack": broker.config["broker.rack"]}
+def topic_entry(topic: Topic, include_ops: bool) -> MetadataTopic:
+    return MetadataTopic(ErrorCode.none.value, topic.name, topic.topic_id, topic.internal, topic.partitions,
+                         TOPIC_OPERATIONS if include_ops else INT32_MIN)
 
 
-def topic_entry(broker: Broker, topic: Topic, include_ops: bool) -> dict[str, Any]:
-    node = broker.node_id
-    return {
-        "error_code": ErrorCode.none,
-        "name": topic.name,
-        "topic_id": topic.topic_id,
-        "is_internal": topic.internal,
-        "partitions": [
-            {"error_code": ErrorCode.none, "partition_index": p.index, "leader_id": node,
-             "leader_epoch": p.leader_epoch, "replica_nodes": (node,), "isr_nodes": (node,), "offline_replicas": ()}
-            for p in topic.partitions
-        ],
-        "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else INT32_MIN,
-    }
-
-
-def _error_topic(name: str | None, topic_id: Any, code: ErrorCode) -> dict[str, Any]:
-    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": (),
-            "topic_authorized_operations": INT32_MIN}
+def _error_topic(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> MetadataTopic:
+    return MetadataTopic(code.value, name, topic_id, False, ())
 
 
 async def _missing_topic(broker: Broker, name: str, conn: Connection, allow_auto: bool) -> ErrorCode:
@@ -82,7 +71,7 @@ def _topic_id(item: Any) -> uuid.UUID | None:
 
 
 async def _requested_topics(broker: Broker, conn: Connection, v: int, requested: Any, allow_auto: bool,
-                            include_ops: bool) -> list[dict[str, Any]]:
+                            include_ops: bool) -> list[MetadataTopic]:
     """Entries for a request naming topics. As Kafka's handleTopicMetadataRequest: as soon as one
     entry carries a non-zero topic id the request is by id, and names are ignored (Java clients send
     name "" beside the id); unknown ids come first with UNKNOWN_TOPIC_ID."""
@@ -96,7 +85,7 @@ async def _requested_topics(broker: Broker, conn: Connection, v: int, requested:
     if ids:
         found = [(topic_id, topics.get_by_id(topic_id)) for topic_id in ids]
         return ([_error_topic(None, topic_id, ErrorCode.unknown_topic_id) for topic_id, topic in found if topic is None]
-                + [topic_entry(broker, topic, include_ops) for _, topic in found if topic is not None])
+                + [topic_entry(topic, include_ops) for _, topic in found if topic is not None])
     entries = []
     for name in dict.fromkeys(item.name for item in requested if item.name is not None):
         topic = topics.get(name)
@@ -106,7 +95,7 @@ async def _requested_topics(broker: Broker, conn: Connection, v: int, requested:
             if topic is None:
                 entries.append(_error_topic(name, None, code))
                 continue
-        entries.append(topic_entry(broker, topic, include_ops))
+        entries.append(topic_entry(topic, include_ops))
     return entries
 
 
@@ -119,22 +108,14 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     requested = body.topics
     all_topics = requested is None or (v == 0 and len(requested) == 0)
     allow_auto = getattr(body, "allow_auto_topic_creation", True)
-    entries: list[dict[str, Any]] = []
-    topics = broker.topics
     if all_topics:
-        for known in sorted(topics.by_name.values(), key=lambda t: t.name):
-            entries.append(topic_entry(broker, known, include_ops))
+        entries = [topic_entry(known, include_ops) for known in sorted(broker.topics.by_name.values(),
+                                                                         key=lambda t: t.name)]
     else:
         entries = await _requested_topics(broker, conn, v, requested, allow_auto, include_ops)
-    cls = response_class(3, v)
-    data = {
-        "throttle_time": 0,
-        "brokers": [broker_entry(broker, conn)],
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
-        "topics": entries,
-        "error_code": ErrorCode.none,
-    }
-    if getattr(body, "include_cluster_authorized_operations", False):
-        data["cluster_authorized_operations"] = CLUSTER_OPERATIONS
-    return build(cls, data)
+    host, port = broker.endpoint(conn.listener)
+    cluster_ops = CLUSTER_OPERATIONS if getattr(body, "include_cluster_authorized_operations", False) else INT32_MIN
+    return encode_metadata_response(req.correlation_id, v, brokers=[MetadataBroker(broker.node_id, host, port,
+                                                                                   broker.config["broker.rack"])],
+                                    cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=entries,
+                                    node_id=broker.node_id, cluster_authorized_operations=cluster_ops)
