@@ -118,7 +118,6 @@ def test_create_topic_metadata_and_configs(broker, topic_name):
     assert configs["cleanup.policy"].value == "delete"
 
 
-@pytest.mark.needs_own_broker("changes broker-wide settings")
 def _metadata_by_id(raw, entries: list[tuple[uuid.UUID | None, str | None]], version: int = 12):
     cls = rk.req_cls(3, version)
     topic_cls = rk._nested(cls, "topics")
@@ -161,6 +160,7 @@ def test_metadata_for_an_illegal_topic_name_is_invalid_topic_without_auto_creati
                 assert codes["no-such-topic-here"] == ErrorCode.unknown_topic_or_partition.value
 
 
+@pytest.mark.needs_own_broker("changes broker-wide settings")
 def test_alter_broker_configs(make_broker):
     b = make_broker()
     a = admin(b.bootstrap)
