@@ -20,7 +20,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sharebroker.protocol.crc import crc32c
@@ -514,46 +514,36 @@ class LogSegment:
     def sync_index_files(self) -> None:
         """Make both index files equal the in-memory entries: append what is missing, and first
         truncate whatever in the file diverged (only after a load, a rebuild or a failed write)."""
-        n = len(self._idx_rel)
-        if self._idx_synced != n or self._idx_file_entries != n:
-            keep = self._idx_synced
-            fd = self.files.open(self._stem + ".index", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-            try:
-                self.index_unsynced = True
-                if self._idx_file_entries != keep:
-                    os.ftruncate(fd, keep * INDEX_ENTRY)
-                    self._idx_file_entries = keep
-                if n > keep:
-                    out = bytearray((n - keep) * INDEX_ENTRY)
-                    for i in range(keep, n):
-                        _IDX.pack_into(out, (i - keep) * INDEX_ENTRY, self._idx_rel[i], self._idx_pos[i])
-                    self._idx_file_entries = -1  # unknown until the write completes
-                    write_all(fd, out)
-                    self._idx_file_entries = n
-            finally:
-                os.close(fd)
-            self._idx_synced = n
-            self.dirty = True
-        n = len(self._tidx_ts)
-        if self._tidx_synced != n or self._tidx_file_entries != n:
-            keep = self._tidx_synced
-            fd = self.files.open(self._stem + ".timeindex", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-            try:
-                self.index_unsynced = True
-                if self._tidx_file_entries != keep:
-                    os.ftruncate(fd, keep * TIME_INDEX_ENTRY)
-                    self._tidx_file_entries = keep
-                if n > keep:
-                    out = bytearray((n - keep) * TIME_INDEX_ENTRY)
-                    for i in range(keep, n):
-                        _TIDX.pack_into(out, (i - keep) * TIME_INDEX_ENTRY, self._tidx_ts[i], self._tidx_rel[i])
-                    self._tidx_file_entries = -1
-                    write_all(fd, out)
-                    self._tidx_file_entries = n
-            finally:
-                os.close(fd)
-            self._tidx_synced = n
-            self.dirty = True
+        idx_rel, idx_pos, tidx_ts, tidx_rel = self._idx_rel, self._idx_pos, self._tidx_ts, self._tidx_rel
+        self._sync_index_file(".index", INDEX_ENTRY, len(idx_rel), "_idx_synced", "_idx_file_entries",
+                              lambda out, at, i: _IDX.pack_into(out, at, idx_rel[i], idx_pos[i]))
+        self._sync_index_file(".timeindex", TIME_INDEX_ENTRY, len(tidx_ts), "_tidx_synced", "_tidx_file_entries",
+                              lambda out, at, i: _TIDX.pack_into(out, at, tidx_ts[i], tidx_rel[i]))
+
+    def _sync_index_file(self, suffix: str, entry_size: int, n: int, synced_attr: str, entries_attr: str,
+                         pack: Callable[[bytearray, int, int], None]) -> None:
+        """One index file of sync_index_files: `synced_attr` names the count of leading entries
+        known to be in the file, `entries_attr` the count the file holds (-1: unknown)."""
+        keep: int = getattr(self, synced_attr)
+        if keep == n and getattr(self, entries_attr) == n:
+            return
+        fd = self.files.open(self._stem + suffix, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            self.index_unsynced = True
+            if getattr(self, entries_attr) != keep:
+                os.ftruncate(fd, keep * entry_size)
+                setattr(self, entries_attr, keep)
+            if n > keep:
+                out = bytearray((n - keep) * entry_size)
+                for i in range(keep, n):
+                    pack(out, (i - keep) * entry_size, i)
+                setattr(self, entries_attr, -1)  # unknown until the write completes
+                write_all(fd, out)
+                setattr(self, entries_attr, n)
+        finally:
+            os.close(fd)
+        setattr(self, synced_attr, n)
+        self.dirty = True
 
     # -- recovery -------------------------------------------------------------------------------
 
