@@ -69,10 +69,6 @@ class Acceptor:
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
 
-    @property
-    def paused(self) -> bool:
-        return self._paused_since is not None
-
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._watch()

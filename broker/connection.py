@@ -98,28 +98,32 @@ class Connection:
         finally:
             await self._close(reason)
 
-    async def _decode(self, frame: bytes | memoryview) -> DecodedRequest:
-        """decode_request, waiting while the first use of an API version cannot import its schema
+    async def _decode_waiting_for_a_descriptor(self, frame: bytes | memoryview, first: OSError) -> DecodedRequest:
+        """decode_request again while the first use of an API version cannot import its schema
         for want of a file descriptor (the broker at its open-file limit: descriptors come back
         as connections close or topics go); a FrameError when none comes back in time."""
         delay = 0.01
         deadline = asyncio.get_running_loop().time() + _DESCRIPTOR_WAIT_S
-        while True:
+        exc = first
+        while exc.errno in (errno.EMFILE, errno.ENFILE) and asyncio.get_running_loop().time() <= deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
             try:
                 return decode_request(frame)
-            except OSError as exc:
-                if exc.errno not in (errno.EMFILE, errno.ENFILE) or asyncio.get_running_loop().time() > deadline:
-                    api_key, api_version, correlation_id = peek_header(frame)
-                    raise FrameError(f"cannot load the schema of the request: {exc}", api_key=api_key,
-                                     api_version=api_version, correlation_id=correlation_id) from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+            except OSError as again:
+                exc = again
+        api_key, api_version, correlation_id = peek_header(frame)
+        raise FrameError(f"cannot load the schema of the request: {exc}", api_key=api_key,
+                         api_version=api_version, correlation_id=correlation_id) from None
 
     async def _process(self, frame: bytes | memoryview) -> bytes | list[Buffer] | None:
         """The encoded response frame (a list of buffers from a handler that encodes its own), b""
         for no response (acks=0), None to close the connection."""
         try:
-            req = await self._decode(frame)
+            try:
+                req = decode_request(frame)
+            except OSError as exc:  # not the request's fault: its schema could not be imported
+                req = await self._decode_waiting_for_a_descriptor(frame, exc)
         except UnsupportedVersion as exc:
             if exc.api_key == 18:
                 return self._api_versions_unsupported(exc.correlation_id or 0, exc.api_version)

@@ -315,10 +315,5 @@ class GroupConfigDef(ConfigDef):
     max_config: str | None = None
 
     @property
-    def broker_synonyms(self) -> tuple[str, ...]:
-        """The broker setting this one falls back to, if any."""
-        return (self.synonym,) if self.synonym is not None else ()
-
-    @property
     def attribute(self) -> str:
         return self.name.replace(".", "_")

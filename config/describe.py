@@ -8,13 +8,13 @@ setting has one synonym, under its own name.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sharebroker.config.broker_config import BrokerConfig
 from sharebroker.config.broker_settings import BROKER_CONFIGS, BROKER_SYNONYM_GROUPS
-from sharebroker.config.definitions import ConfigDef, ConfigSource, TopicConfigDef
+from sharebroker.config.definitions import ConfigDef, ConfigSource
 from sharebroker.config.group_config import group_default
 from sharebroker.config.group_settings import GROUP_CONFIGS
 from sharebroker.config.topic_config import topic_values
@@ -90,18 +90,6 @@ def describe_broker_configs(broker: BrokerConfig, *, per_broker: bool = True) ->
     return result
 
 
-def _describe_overridable(broker: BrokerConfig, definitions: Iterable[TopicConfigDef],
-                          values: Mapping[str, Any], overridden: Container[str], source: ConfigSource) -> list[DescribedConfig]:
-    """Settings a topic may override: its own value when overridden, then the broker synonyms."""
-    result: list[DescribedConfig] = []
-    for definition in definitions:
-        value = values[definition.name]
-        own = [_synonym(definition, value, source)] if definition.name in overridden else []
-        entries = own + _broker_synonyms(broker, definition.broker_synonyms)
-        result.append(_described(definition, value, entries, read_only=False))
-    return result
-
-
 def _overridden(overrides: Mapping[str, str | None]) -> set[str]:
     return {name for name, raw in overrides.items() if raw is not None}
 
@@ -109,9 +97,14 @@ def _overridden(overrides: Mapping[str, str | None]) -> set[str]:
 def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[DescribedConfig]:
     """DescribeConfigs for a TOPIC: every topic setting; source TOPIC_CONFIG when overridden, else that
     of the first broker synonym that is set, else DEFAULT_CONFIG."""
-    definitions = [TOPIC_CONFIGS[name] for name in sorted(TOPIC_CONFIGS)]
-    return _describe_overridable(broker, definitions, topic_values(broker, overrides), _overridden(overrides),
-                                 ConfigSource.TOPIC_CONFIG)
+    values, overridden = topic_values(broker, overrides), _overridden(overrides)
+    result: list[DescribedConfig] = []
+    for name in sorted(TOPIC_CONFIGS):
+        definition, value = TOPIC_CONFIGS[name], values[name]
+        own = [_synonym(definition, value, ConfigSource.TOPIC_CONFIG)] if name in overridden else []
+        result.append(_described(definition, value, own + _broker_synonyms(broker, definition.broker_synonyms),
+                                 read_only=False))
+    return result
 
 
 def describe_group_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[DescribedConfig]:

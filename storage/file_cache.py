@@ -61,7 +61,6 @@ class FileCache:
         self.capacity = max(MIN_CAPACITY, derived_capacity() if capacity is None else capacity)
         self._open: OrderedDict[CachedFile, None] = OrderedDict()
         self._owner = threading.get_ident()
-        self.opens = 0  # descriptors opened for the cache
         self.evictions = 0  # descriptors closed to make room
         _caches.add(self)
 
@@ -72,14 +71,13 @@ class FileCache:
         """`entry` was used: it becomes the most recently used."""
         self._open.move_to_end(entry)
 
-    def admit(self, entry: CachedFile) -> None:
-        """Make room for one descriptor, which the caller opens next for `entry` (then `added`)."""
+    def admit(self) -> None:
+        """Make room for one descriptor, which the caller opens next (then `added`)."""
         while len(self._open) >= self.capacity and self.evict_one():
             pass
 
     def added(self, entry: CachedFile) -> None:
         self._open[entry] = None
-        self.opens += 1
 
     def forget(self, entry: CachedFile) -> None:
         """`entry` closed its descriptor itself (segment closed or deleted)."""

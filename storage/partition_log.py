@@ -596,10 +596,7 @@ class PartitionLog:
         with self._lock:
             self._segments[-1].seal()
         self.flush()
-        with self._lock:
-            self._closed = True
-            for seg in self._segments:
-                seg.close_fds()
+        self.close_files()
 
     def close_files(self) -> None:
         """Close the files without sealing or flushing: a start-up that failed wrote nothing that
@@ -611,10 +608,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close and remove the whole partition directory (DeleteTopics)."""
-        with self._lock:
-            self._closed = True
-            for seg in self._segments:
-                seg.close_fds()
+        self.close_files()
         shutil.rmtree(self.path, ignore_errors=False)
         try:
             fsync_dir(self.path.parent)

@@ -281,7 +281,7 @@ class LogSegment:
 
     def _open_log(self, flags: int) -> int:
         files = self.files
-        files.admit(self)
+        files.admit()
         self._fd = files.open(self._stem + ".log", flags)
         files.added(self)
         return self._fd

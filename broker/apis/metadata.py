@@ -75,7 +75,7 @@ async def _requested_topics(broker: Broker, conn: Connection, v: int, requested:
     """Entries for a request naming topics. As Kafka's handleTopicMetadataRequest: as soon as one
     entry carries a non-zero topic id the request is by id, and names are ignored (Java clients send
     name "" beside the id); unknown ids come first with UNKNOWN_TOPIC_ID."""
-    ids = list(dict.fromkeys(_topic_id(item) for item in requested if _topic_id(item) is not None))
+    ids = list(dict.fromkeys(t for t in map(_topic_id, requested) if t is not None))
     if v < 12:
         if any(item.name is None for item in requested):
             raise KafkaError(ErrorCode.invalid_request, f"Topic name can not be null for version {v}")

@@ -141,13 +141,26 @@ class ShareGroupCoordinator:
 
     # -- persistence in __consumer_offsets -------------------------------------------------------
 
+    def _topic_names(self, group: ShareGroup) -> dict[uuid.UUID, str]:
+        """The names of the topics the group has initialized partitions of (those that exist)."""
+        names = {}
+        for topic_id in group.initialized:
+            topic = self.topics.get_by_id(topic_id)
+            if topic is not None:
+                names[topic_id] = topic.name
+        return names
+
+    def _state_partitions_record(self, group: ShareGroup) -> tuple[bytes, bytes | None]:
+        return grec.state_partitions(group.group_id, group.initialized, self._topic_names(group))
+
+    @staticmethod
+    def _member_records(group_id: str, member: ShareMember) -> list[tuple[bytes, bytes | None]]:
+        return [grec.member_metadata(group_id, member), grec.member_assignment(group_id, member)]
+
     def _group_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
-        names = {t.topic_id: t.name for t in self.topics.by_name.values()}
-        out: list[tuple[bytes, bytes | None]] = [grec.group_metadata(group.group_id, group.epoch),
-                                                grec.state_partitions(group.group_id, group.initialized, names)]
+        out = [grec.group_metadata(group.group_id, group.epoch), self._state_partitions_record(group)]
         for m in group.members.values():
-            out.append(grec.member_metadata(group.group_id, m))
-            out.append(grec.member_assignment(group.group_id, m))
+            out += self._member_records(group.group_id, m)
         return out
 
     def _restate(self, in_partition: Any) -> list[tuple[bytes, bytes | None]]:
@@ -155,8 +168,7 @@ class ShareGroupCoordinator:
 
     def _unwritten(self, group: ShareGroup) -> bool:
         """Whether the group holds changes its records do not say yet (a write that failed)."""
-        return (bool(group.changed_members or group.left_members or group.initialized_changed)
-                or self._persisted_epoch.get(group.group_id) != group.epoch)
+        return group.has_changes() or self._persisted_epoch.get(group.group_id) != group.epoch
 
     async def persist(self, group: ShareGroup) -> None:
         """Write what changed of the group since its last write: its epoch, its initialized
@@ -169,15 +181,13 @@ class ShareGroupCoordinator:
         gone = sorted(m for m in left if m in persisted and m not in group.members)
         records: list[tuple[bytes, bytes | None]] = []
         epoch = group.epoch
-        if self._persisted_epoch.get(gid) != epoch:
+        new_epoch = self._persisted_epoch.get(gid) != epoch
+        if new_epoch:
             records.append(grec.group_metadata(gid, epoch))
         if initialized:
-            names = {t.topic_id: t.name for t in self.topics.by_name.values()}
-            records.append(grec.state_partitions(gid, group.initialized, names))
+            records.append(self._state_partitions_record(group))
         for member_id in written:
-            member = group.members[member_id]
-            records.append(grec.member_metadata(gid, member))
-            records.append(grec.member_assignment(gid, member))
+            records += self._member_records(gid, group.members[member_id])
         for member_id in gone:
             records.extend(grec.member_tombstones(gid, member_id))
         if not records:
@@ -187,7 +197,7 @@ class ShareGroupCoordinator:
         except BaseException:
             group.give_back_changes(changed, left, initialized)  # retried with the next write
             raise
-        if self._persisted_epoch.get(gid) != epoch:
+        if new_epoch:
             self.metrics.rebalance("share")
         self._persisted_epoch[gid] = epoch
         persisted.update(written)
@@ -511,7 +521,7 @@ class ShareGroupCoordinator:
         wanted: list[tuple[str, Any, list[int]]] = []
         if topics is None:
             if group is not None:
-                names = {t.topic_id: t.name for t in self.topics.by_name.values()}
+                names = self._topic_names(group)
                 for tid, initialized in sorted(group.initialized.items(), key=lambda kv: names.get(kv[0], "")):
                     if tid in names:
                         wanted.append((names[tid], tid, sorted(initialized)))

@@ -119,6 +119,9 @@ class ShareGroup:
                 del self._subscriptions[name]
         member.subscribed = topics
 
+    def has_changes(self) -> bool:
+        return bool(self.changed_members or self.left_members or self.initialized_changed)
+
     def take_changes(self) -> tuple[set[str], set[str], bool]:
         """(changed members, left members, initialized changed) since the last call, cleared."""
         out = (self.changed_members, self.left_members, self.initialized_changed)

@@ -34,7 +34,11 @@ class RecordingLog:
 
 @dataclass
 class OneTopic:
+    """The coordinator's view of the topics: the one topic, by id."""
     by_name: dict = field(default_factory=lambda: {"t": TOPIC})
+
+    def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return TOPIC if topic_id == TOPIC.topic_id else None
 
 
 def kinds(records: list[tuple[bytes, bytes | None]]) -> list[tuple[str, str | None, bool]]:
