@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
 from sharebroker.broker.frames import FrameEnd, FrameProtocol
 from sharebroker.broker.metrics import Recorder, count_errors, error_name
+from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.api_table import API_VERSIONS, api_name
 from sharebroker.protocol.codec import (
@@ -50,6 +51,8 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}"
         self.client_host = f"/{peer[0]}"
         self.client_id: str | None = None
+        # Who the client authenticated as (ANONYMOUS on PLAINTEXT); ACL checks ask about it.
+        self.principal: KafkaPrincipal = ANONYMOUS
         self.closed = False
         self._on_close: list[Callable[[Connection], Any]] = []
         # With metrics on: the error codes (by name) of the response a handler encodes itself
