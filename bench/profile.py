@@ -3,6 +3,7 @@
     python -m bench.profile produce        # workload 3's producer: 1 KB records, acks=all, linger 5 ms
     python -m bench.profile small          # 1-record Produce requests, 64 in flight: cost per request
     python -m bench.profile share          # 4 ShareConsumers draining a 200k backlog
+    python -m bench.profile jobs           # the job queue: 8 workers, max.poll.records=1, one ack per job
 
 Starts a fresh broker subprocess, attaches `py-spy record` to it (py-spy comes with the `bench`
 extra), runs the workload from separate processes, then prints the broker's CPU use and the
@@ -22,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import clients
+from bench import clients, job_queue
 from bench.run import PARTITIONS, SHARE_TOPIC, create_topic, run_for_result, share_drain
 from sharebroker.testing import BrokerProcess
 
@@ -61,6 +62,11 @@ def _workload(name: str, bootstrap: str, records: int) -> str:
         create_topic(bootstrap, "profile", PARTITIONS)
         _small_requests(bootstrap, "profile", records)
         return f"{records:,} requests"
+    if name == "jobs":
+        create_topic(bootstrap, job_queue.TOPIC, 1, share_group=job_queue.GROUP)
+        run_for_result(job_queue.produce_jobs, bootstrap, records)
+        job_queue.drain(bootstrap, records, 8)
+        return f"{records:,} jobs acknowledged one by one"
     create_topic(bootstrap, SHARE_TOPIC, PARTITIONS, share_group="profile-group")
     run_for_result(clients.produce_backlog, bootstrap, SHARE_TOPIC, records, 100, PARTITIONS)
     share_drain(bootstrap, records, 4, "profile-group", timeout=120)
@@ -92,11 +98,11 @@ def summarize(raw: Path, top: int = 25) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", choices=["produce", "small", "share"])
+    ap.add_argument("workload", choices=["produce", "small", "share", "jobs"])
     ap.add_argument("--records", type=int, help="default: 600k (produce), 20k (small), 200k (share)")
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     args = ap.parse_args(argv)
-    records = args.records or {"produce": 600_000, "small": 20_000, "share": 200_000}[args.workload]
+    records = args.records or {"produce": 600_000, "small": 20_000, "share": 200_000, "jobs": 10_000}[args.workload]
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         sys.exit("py-spy is not installed: pip install -e '.[bench]'")
@@ -117,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             broker.stop()
     print(f"{args.workload}: {done} in {wall:.2f} s; broker CPU {cpu:.2f} s "
-          f"({cpu / wall:.2f} cores, {cpu / records * 1e6:.1f} µs per {'request' if args.workload == 'small' else 'record'}; "
+          f"({cpu / wall:.2f} cores, {cpu / records * 1e6:.1f} µs per {'request' if args.workload == 'small' else 'job' if args.workload == 'jobs' else 'record'}; "
           "py-spy adds some)")
     print("\n".join(summarize(raw)))
 

@@ -19,7 +19,8 @@ from typing import Any, cast
 from sharebroker.protocol.fetch_responses import Buffer
 
 MIN_FRAME = 8  # api key, api version, correlation id
-_STAGING = 16 * 1024  # per connection: an idle connection costs little more than this
+_STAGING = 16 * 1024  # the staging buffer a read lands in; lent while bytes wait in it
+_POOLED_STAGING = 64  # staging buffers kept for the next reads (of any connection)
 _LARGE = 8 * 1024  # frames above this get a buffer of their own...
 _FIRST_CHUNK = 1 << 20  # ...sized to what arrived, at most this at first, doubled as bytes come
 _MAX_QUEUED = 16  # frames waiting for the connection task before reading pauses...
@@ -67,6 +68,18 @@ class FrameEnd:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+# Staging buffers not lent to any connection. A connection holds one only while unparsed bytes sit
+# in it (a partial frame), so an idle connection holds none: 10,000 of them cost no 160 MB.
+_staging_pool: list[tuple[bytearray, memoryview]] = []
+
+
+def _lend_staging() -> tuple[bytearray, memoryview]:
+    if _staging_pool:
+        return _staging_pool.pop()
+    buf = bytearray(_STAGING)
+    return buf, memoryview(buf)
+
+
 class FrameProtocol(asyncio.BufferedProtocol):
     def __init__(self, max_frame: int, on_open: Callable[[FrameProtocol], None],
                  memory: RequestMemory = UNBOUNDED) -> None:
@@ -76,8 +89,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._held = 0  # bytes of this connection's large frames counted in `memory`
         self._memory_wait = False
         self.transport: asyncio.Transport | None = None
-        self._staging = bytearray(_STAGING)
-        self._view = memoryview(self._staging)
+        self._staging: bytearray | None = None  # lent by get_buffer, given back once empty
+        self._view: memoryview | None = None
         self._start = 0  # unparsed bytes are staging[_start:_end]
         self._end = 0
         # A large frame being filled from the socket: its buffer grows with the bytes that
@@ -118,7 +131,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
         large = self._large
         if large is not None:
             return large[self._large_got:]
-        return self._view[self._end:]
+        view = self._view
+        if view is None:
+            self._staging, self._view = _lend_staging()
+            view = self._view
+        return view[self._end:]
 
     def _grow_large(self) -> None:
         """Double the large frame's buffer (up to its declared size), keeping what arrived."""
@@ -191,6 +208,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def _cut_frames(self) -> None:
         buf, view = self._staging, self._view
+        if buf is None or view is None:
+            return
         start, end = self._start, self._end
         while end - start >= 4:
             size = int.from_bytes(buf[start:start + 4], "big", signed=True)
@@ -218,6 +237,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
             break
         if start == end:
             start = end = 0
+            if len(_staging_pool) < _POOLED_STAGING:  # nothing waits in it: back until the next read
+                _staging_pool.append((buf, view))
+            self._staging = self._view = None
         elif len(buf) - start < _LARGE + 4:
             # Move the partial frame to the front so the rest of it fits behind it.
             buf[:end - start] = view[start:end]
@@ -240,6 +262,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             return None
         if pending < 4:
             return FrameEnd("client closed", "truncated frame", {"got_bytes": pending})
+        assert self._staging is not None  # it holds the pending bytes
         size = int.from_bytes(self._staging[self._start:self._start + 4], "big", signed=True)
         return FrameEnd("truncated frame", "truncated frame", {"expected_bytes": size, "got_bytes": pending - 4})
 

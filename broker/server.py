@@ -83,6 +83,7 @@ class Broker:
         self._endpoints: dict[str, tuple[str, int]] = {}  # listener name -> advertised (host, port)
         self._connections: set[asyncio.Task[None]] = set()
         self._open: dict[Connection, FrameProtocol] = {}
+        self._open_per_ip: dict[str, int] = {}  # max.connections.per.ip without a scan per accept
         self._request_memory = RequestMemory(config["queued.max.request.bytes"])
         self._per_ip_limits = {ip.strip(): int(n) for ip, _, n in (
             pair.rpartition(":") for pair in config["max.connections.per.ip.overrides"].split(",") if pair.strip())}
@@ -236,25 +237,32 @@ class Broker:
         return self._endpoints[listener]
 
     def _accept(self, frames: FrameProtocol, listener: str) -> None:
-        refused = self._over_limit(frames.peername()[0])
+        ip = frames.peername()[0]
+        refused = self._over_limit(ip)
         if refused is not None:
             # As Kafka: a connection over max.connections or max.connections.per.ip is closed at once.
-            log.warning("connection refused", peer=frames.peername()[0], reason=refused)
+            log.warning("connection refused", peer=ip, reason=refused)
             frames.close()
             return
         conn = Connection(self, frames, listener)
-        task = asyncio.get_running_loop().create_task(self._serve_connection(conn))
+        task = asyncio.get_running_loop().create_task(self._serve_connection(conn, ip))
         self._connections.add(task)
         self._open[conn] = frames
+        self._open_per_ip[ip] = self._open_per_ip.get(ip, 0) + 1
         task.add_done_callback(self._connections.discard)
 
-    async def _serve_connection(self, conn: Connection) -> None:
+    async def _serve_connection(self, conn: Connection, ip: str) -> None:
         try:
             await conn.serve()
         except asyncio.CancelledError:
             pass
         finally:
-            self._open.pop(conn, None)
+            if self._open.pop(conn, None) is not None:
+                left = self._open_per_ip[ip] - 1
+                if left:
+                    self._open_per_ip[ip] = left
+                else:
+                    del self._open_per_ip[ip]
             self.descriptors_freed()
             self._closed_since_trim += 1
             if self._closed_since_trim == 64:  # many went: give their freed buffers back soon
@@ -268,7 +276,7 @@ class Broker:
         if len(self._open) >= self.config["max.connections"]:
             return f"max.connections ({self.config['max.connections']}) reached"
         limit = self._per_ip_limits.get(ip, self.config["max.connections.per.ip"])
-        if sum(1 for c in self._open if c.peer.rsplit(":", 1)[0] == ip) >= limit:
+        if self._open_per_ip.get(ip, 0) >= limit:
             return f"max.connections.per.ip ({limit}) reached for {ip}"
         return None
 

@@ -1,0 +1,129 @@
+"""Idle connections (issue 24): a fresh broker, then for each count N that many client connections
+opened, each sending ApiVersions once (as a client does on connect) and then left idle; the broker's
+RSS growth per connection, and an active client's request latency (one-record Produce, acks=1,
+one at a time) with the idle connections open next to the same with none.
+
+    python -m bench.connections [--counts 0 1000 10000] [--requests 3000]"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.partitions import Wire, _nested
+from kio.index import load_request_schema
+
+from sharebroker.protocol.client import encode_request
+from sharebroker.protocol.record_batch import encode_batch
+from sharebroker.testing import BrokerProcess
+
+TOPIC = "conn-bench"
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _api_versions_frame() -> bytes:
+    cls = load_request_schema(18, 3)
+    return encode_request(cls(client_software_name="bench", client_software_version="1"), 1, "idle")
+
+
+def open_idle(bootstrap: str, n: int) -> list[socket.socket]:
+    """n connections that each complete one ApiVersions exchange, then stay open and silent."""
+    host, port = bootstrap.rsplit(":", 1)
+    frame = _api_versions_frame()
+    socks: list[socket.socket] = []
+    for _ in range(n):
+        s = socket.create_connection((host, int(port)), timeout=60)
+        s.sendall(frame)
+        socks.append(s)
+    for s in socks:  # each response: a 4-byte size, then that many bytes
+        head = b""
+        while len(head) < 4:
+            head += s.recv(4 - len(head))
+        left = int.from_bytes(head, "big")
+        while left:
+            left -= len(s.recv(left))
+    return socks
+
+
+def produce_latencies(bootstrap: str, n: int) -> list[float]:
+    wire = Wire(bootstrap)
+    try:
+        cls = load_request_schema(0, 9)
+        topic_cls, part_cls = _nested(0, 9, "TopicProduceData"), _nested(0, 9, "PartitionProduceData")
+        records = encode_batch([(None, b"x" * 100)], timestamp_ms=int(time.time() * 1000))
+        req = cls(transactional_id=None, acks=1, timeout=_ms(5000), topic_data=(topic_cls(
+            name=TOPIC, partition_data=(part_cls(index=0, records=records),)),))
+        took = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            wire.request(req)
+            took.append((time.perf_counter() - t0) * 1000)
+        return took
+    finally:
+        wire.close()
+
+
+def _ms(v: int) -> Any:
+    import datetime
+    return datetime.timedelta(milliseconds=v)
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--counts", type=int, nargs="+", default=[0, 1000, 10000])
+    ap.add_argument("--requests", type=int, default=3000)
+    args = ap.parse_args(argv)
+    need = max(args.counts) + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    print(f"{'idle':>7} {'RSS MB':>7} {'KB/conn':>8} {'open s':>7} {'p50 ms':>7} {'p99 ms':>7}")
+    with tempfile.TemporaryDirectory(prefix="sharebroker-conn-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "data").start()
+        try:
+            wire = Wire(broker.bootstrap)
+            create = load_request_schema(19, 7)
+            topic_cls = _nested(19, 7, "CreatableTopic")
+            wire.request(create(topics=(topic_cls(name=TOPIC, num_partitions=1, replication_factor=-1,
+                                                  assignments=(), configs=()),),
+                                timeout=_ms(30000), validate_only=False))
+            wire.close()
+            produce_latencies(broker.bootstrap, 200)  # warm up
+            base = _rss_kb(broker.proc.pid)
+            for count in args.counts:
+                t0 = time.perf_counter()
+                socks = open_idle(broker.bootstrap, count)
+                opened = time.perf_counter() - t0
+                rss = _rss_kb(broker.proc.pid)
+                took = produce_latencies(broker.bootstrap, args.requests)
+                per = (rss - base) / count if count else 0.0
+                print(f"{count:>7} {rss / 1024:>7.1f} {per:>8.1f} {opened:>7.2f} "
+                      f"{statistics.median(took):>7.3f} {_pct(took, 0.99):>7.3f}")
+                for s in socks:
+                    s.close()
+                deadline = time.monotonic() + 30  # the broker notices the closes
+                while time.monotonic() < deadline and len(list(Path(f"/proc/{broker.proc.pid}/fd").iterdir())) > 200:
+                    time.sleep(0.1)
+        finally:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    main()
