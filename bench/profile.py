@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> None:
             recorder.wait(30)
         finally:
             broker.stop()
+    unit = {"small": "request", "jobs": "job"}.get(args.workload, "record")
     print(f"{args.workload}: {done} in {wall:.2f} s; broker CPU {cpu:.2f} s "
-          f"({cpu / wall:.2f} cores, {cpu / records * 1e6:.1f} µs per {'request' if args.workload == 'small' else 'job' if args.workload == 'jobs' else 'record'}; "
+          f"({cpu / wall:.2f} cores, {cpu / records * 1e6:.1f} µs per {unit}; "
           "py-spy adds some)")
     print("\n".join(summarize(raw)))
 
