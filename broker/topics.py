@@ -92,6 +92,9 @@ class Topics:
         self.by_name: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.auto_creating: set[str] = set()  # names a Metadata request asked to create, not created yet
+        # Moves on every creation, deletion and partition addition: watchers (the consumer group
+        # sweep) compare it instead of fingerprinting every topic ten times a second.
+        self.version = 0
 
     @property
     def cluster_id(self) -> str:
@@ -139,6 +142,7 @@ class Topics:
     def _index(self, topic: Topic) -> None:
         self.by_name[topic.name] = topic
         self.by_id[topic.topic_id] = topic
+        self.version += 1
 
     def get(self, name: str) -> Topic | None:
         return self.by_name.get(name)
@@ -211,6 +215,7 @@ class Topics:
             raise _storage_error(f"Error while writing the metadata of topic {name} to {self.store.path}", exc) from exc
         del self.by_name[name]
         self.by_id.pop(topic.topic_id, None)
+        self.version += 1
         for p in topic.partitions:
             p.notify_append()
             try:
@@ -231,6 +236,7 @@ class Topics:
             self._discard_logs(added)
             raise _storage_error(f"Error while writing the metadata of topic {name} to {self.store.path}", exc) from exc
         topic.partitions.extend(added)
+        self.version += 1
         log.info("partitions added", topic=name, partitions=total)
 
     def set_overrides(self, name: str, overrides: dict[str, str]) -> None:

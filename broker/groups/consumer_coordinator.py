@@ -122,7 +122,7 @@ class ConsumerGroupCoordinator:
         self._locks: dict[str, asyncio.Lock] = {}
         self._lock_users: dict[str, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._topics_seen: tuple = ()
+        self._topics_seen = -1  # the Topics.version the groups' metadata last followed
         self._regex_version = 0
 
     # -- configuration ---------------------------------------------------------------------------
@@ -166,7 +166,7 @@ class ConsumerGroupCoordinator:
             group.resolve_regexes(topics)
             group.metadata_signature = group._signature(topics)
             self._persisted[group.group_id] = self._snapshot(group)
-        self._topics_seen = self._topics_fingerprint()
+        self._topics_seen = self.topics.version
         if self.groups:
             log.info("consumer groups loaded", groups=len(self.groups),
                      members=sum(len(g.members) for g in self.groups.values()))
@@ -366,9 +366,6 @@ class ConsumerGroupCoordinator:
 
     # -- timers and topic changes ----------------------------------------------------------------
 
-    def _topics_fingerprint(self) -> tuple:
-        return tuple((name, t.topic_id, len(t.partitions)) for name, t in self.topics.by_name.items())
-
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
@@ -379,9 +376,9 @@ class ConsumerGroupCoordinator:
 
     async def sweep(self) -> None:
         now = self.clock.monotonic_ms()
-        fingerprint = self._topics_fingerprint()
-        topics_changed = fingerprint != self._topics_seen
-        self._topics_seen = fingerprint
+        version = self.topics.version
+        topics_changed = version != self._topics_seen
+        self._topics_seen = version
         topics = self._all_topics() if topics_changed else None
         for group_id in list(self.groups):
             group = self.groups.get(group_id)

@@ -71,6 +71,10 @@ class ShareGroupCoordinator:
         self._config_cache: dict[str, GroupConfig] = {}
         self._path = Path(log_dir) / GROUP_CONFIGS_FILE
         self._sweeper: asyncio.Task[None] | None = None
+        # Groups the expiry sweep visits: those with members or with changes not yet written. A
+        # group enters on a heartbeat or a write and leaves once empty and written, so 10,000
+        # empty groups cost the sweep nothing.
+        self._sweep_due: set[str] = set()
         self._persisted_epoch: dict[str, int] = {}  # group id -> the epoch its last group record says
         self._persisted_members: dict[str, set[str]] = {}  # members with records (they need tombstones)
         self._group_locks: dict[str, asyncio.Lock] = {}
@@ -97,6 +101,8 @@ class ShareGroupCoordinator:
                 m.deadline_ms = now + timeout  # members that do not come back expire normally
             self._persisted_epoch[group.group_id] = group.epoch
             self._persisted_members[group.group_id] = set(group.members)
+            if group.members:
+                self._sweep_due.add(group.group_id)
         if self.groups:
             log.info("share groups loaded", groups=len(self.groups),
                      members=sum(len(g.members) for g in self.groups.values()))
@@ -175,6 +181,7 @@ class ShareGroupCoordinator:
         partitions, the members that changed, tombstones of the members that left. Nothing when
         nothing changed (a steady heartbeat)."""
         gid = group.group_id
+        self._sweep_due.add(gid)  # until the sweep sees it written (a failed write is retried there)
         changed, left, initialized = group.take_changes()
         persisted = self._persisted_members.setdefault(gid, set())
         written = sorted(m for m in changed if m in group.members)
@@ -289,6 +296,7 @@ class ShareGroupCoordinator:
             group = ShareGroup(group_id)
             self.groups[group_id] = group
             log.info("share group created", group=group_id)
+        self._sweep_due.add(group_id)
         cfg = self.config(group_id)
         before = group.members[member_id].assignment if member_id in group.members else None
         group.heartbeat(member_id=member_id, member_epoch=epoch, rack_id=body.rack_id,
@@ -338,9 +346,11 @@ class ShareGroupCoordinator:
         while True:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
             now = self.clock.monotonic_ms()  # session deadlines never follow a wall-clock step
-            for group in list(self.groups.values()):
-                if not group.members and not self._unwritten(group):
-                    continue  # an idle group costs the sweep one look, no lock and no write
+            for group_id in list(self._sweep_due):
+                group = self.groups.get(group_id)
+                if group is None or (not group.members and not self._unwritten(group)):
+                    self._sweep_due.discard(group_id)  # empty and written: nothing to expire or retry
+                    continue
                 async with self._serialized(group.group_id):
                     if self.groups.get(group.group_id) is not group:
                         continue  # deleted while this sweep waited for the group
