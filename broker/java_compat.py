@@ -5,6 +5,8 @@ out as Kafka lays it out, and iteration orders that follow java.util.HashMap in 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = ["partition_for_key", "string_hash", "utils_abs"]
 
 _INT_MIN = -(1 << 31)
@@ -13,10 +15,19 @@ _INT_MIN = -(1 << 31)
 def string_hash(text: str) -> int:
     """java.lang.String.hashCode: s[0]*31^(n-1) + ... + s[n-1] over the UTF-16 code units (a
     character outside the BMP counts as its two surrogates), as a signed 32-bit int."""
-    data = text.encode("utf-16-be", "surrogatepass")
+    if text.isascii():  # one code unit per character: the common case, without re-encoding
+        units: Iterable[int] = text.encode("ascii")
+    else:
+        data = text.encode("utf-16-be", "surrogatepass")
+        units = (data[i] << 8 | data[i + 1] for i in range(0, len(data), 2))
     h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    if len(text) <= 64:
+        for unit in units:
+            h = 31 * h + unit  # exact; reduced to 32 bits once at the end, as Java's overflow would
+    else:  # a long key: reduce as it goes, or the exact value would grow with every character
+        for unit in units:
+            h = (31 * h + unit) & 0xFFFFFFFF
+    h &= 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 

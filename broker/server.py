@@ -132,9 +132,16 @@ class Broker:
             for note in notes:
                 log.warning("log recovery", detail=note)
             self.share_persister.load()
-            self.share_groups.load()
-            self.consumer_groups.load()  # before classic: a consumer group's offsets make no simple group
-            self.classic_groups.load()
+            # One pass over `__consumer_offsets` for the three group coordinators (their record
+            # types differ); then each finishes, consumer before classic: a consumer group's
+            # offsets make no simple group.
+            coordinators = (self.share_groups, self.consumer_groups, self.classic_groups)
+            handlers: dict[int, Callable[[bytes, bytes | None], None]] = {}
+            for coordinator in coordinators:
+                handlers.update(coordinator.begin_load())
+            self.group_log.replay(handlers, open_transactions=self.classic_groups.replay_pending)
+            for coordinator in coordinators:
+                coordinator.finish_load()
             self.transactions.load()
         except BaseException:
             # Out of descriptors half-way, typically: give them back so the caller can say what the

@@ -130,11 +130,14 @@ class ClassicGroupCoordinator:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Rebuild groups and committed offsets by replaying `__consumer_offsets`."""
+    def begin_load(self) -> dict[int, Callable[[bytes, bytes | None], None]]:
+        """The handlers of this coordinator's record types for the broker's replay of
+        `__consumer_offsets` (offsets of still-open transactions go to `replay_pending`)."""
         self.group_log.register(self._restate)
-        self.group_log.replay({t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)},
-                              open_transactions=self._replay_pending)
+        return {t: self._replay for t in (0, crec.OFFSET_COMMIT, crec.GROUP_METADATA)}
+
+    def finish_load(self) -> None:
+        """After the replay: offsets without membership become simple groups; timers start."""
         for group_id, committed in list(self.offsets.items()):
             if group_id in self.groups:
                 continue
@@ -171,7 +174,7 @@ class ClassicGroupCoordinator:
         except (ValueError, AssertionError, IndexError) as exc:
             log.warning("unreadable classic group record skipped", error=str(exc), key=key.hex()[:80])
 
-    def _replay_pending(self, partition: int, producer_id: int, key: bytes, value: bytes | None) -> None:
+    def replay_pending(self, partition: int, producer_id: int, key: bytes, value: bytes | None) -> None:
         """An offset committed in a transaction still open at start-up: pending until its marker."""
         try:
             record_type, group_id, topic, index = crec.decode_key(key)

@@ -151,9 +151,12 @@ class ConsumerGroupCoordinator:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def load(self) -> None:
+    def begin_load(self) -> dict[int, Callable[[bytes, bytes | None], None]]:
+        """The handlers of this coordinator's record types for the broker's replay of `__consumer_offsets`."""
         self.group_log.register(self._restate)
-        self.group_log.replay({t: self._replay for t in rec.RECORD_TYPES})
+        return {t: self._replay for t in rec.RECORD_TYPES}
+
+    def finish_load(self) -> None:
         now = self.clock.monotonic_ms()
         topics = self._all_topics()
         for group in self.groups.values():

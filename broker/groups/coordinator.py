@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,13 +86,17 @@ class ShareGroupCoordinator:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Group configs from their file; groups by replaying `__consumer_offsets`."""
+    def begin_load(self) -> dict[int, Callable[[bytes, bytes | None], None]]:
+        """Group configs from their file; the handlers of this coordinator's record types for the
+        one replay of `__consumer_offsets` that the broker runs for every coordinator."""
         if self._path.exists():
             self.configs = {g: dict(c) for g, c in json.loads(self._path.read_text()).items()}
         self.group_log.register(self._restate)
-        self.group_log.replay({t: self._replay for t in (grec.MEMBER_METADATA, grec.GROUP_METADATA,
-                                                               grec.MEMBER_ASSIGNMENT, grec.STATE_PARTITIONS)})
+        return {t: self._replay for t in (grec.MEMBER_METADATA, grec.GROUP_METADATA, grec.MEMBER_ASSIGNMENT,
+                                          grec.STATE_PARTITIONS)}
+
+    def finish_load(self) -> None:
+        """After the replay: groups restored against today's topics, members given fresh deadlines."""
         now = self.clock.monotonic_ms()
         for group in self.groups.values():
             group.restore(self._topic_infos(group.subscribed_topic_names()))

@@ -98,11 +98,16 @@ class GroupLog:
         if topic is None:
             return 0
         count = 0
+        placed: dict[str, int] = {}  # group id -> its partition: a group has several records
         for partition in topic.partitions:
             still_open: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
             for off, key, value in read_records(partition.log, open_transactions=still_open):
                 try:
-                    if partition.index != self.partition_of(Reader(key, 2).string() or ""):
+                    group_id = Reader(key, 2).string() or ""
+                    home = placed.get(group_id)
+                    if home is None:
+                        home = placed[group_id] = self.partition_of(group_id)
+                    if partition.index != home:
                         self.misplaced += 1
                     (record_type,) = struct.unpack_from(">h", key, 0)
                     handler = handlers.get(record_type)
