@@ -1,0 +1,129 @@
+"""The long mixed run (issue 24: nothing grows with time). A fresh broker; a producer at a steady
+rate into a 4-partition topic; a classic consumer group committing as it goes; two explicit-ack
+ShareConsumers that accept most records, release some (they come back) and reject a few. Every
+interval the broker's RSS, open descriptors, the size on disk of `__share_group_state` and
+`__consumer_offsets`, and the producer's delivery latency in that interval are printed; at the end,
+the first sample beside the last.
+
+    python -m bench.soak [--minutes 30] [--rate 500] [--interval 60]"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import AcknowledgeType, Consumer, Producer
+
+from bench import clients
+from bench.partitions import open_fds, rss_mb
+from bench.run import CTX, FreshBroker, child, create_topic, reap
+
+TOPIC = "soak"
+PARTITIONS = 4
+
+
+def producer(bootstrap: str, rate: int, stop: Any, latencies: Any) -> None:
+    """`rate` records a second; each delivery's latency (ms) goes onto the `latencies` queue in
+    batches."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **clients.QUIET})
+    pending: list[float] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            pending.append((time.time() - float(msg.key())) * 1000)
+
+    interval = 1.0 / rate
+    next_at = time.monotonic()
+    while not stop.is_set():
+        now = time.monotonic()
+        if now < next_at:
+            p.poll(next_at - now)
+            continue
+        p.produce(TOPIC, key=repr(time.time()).encode(), value=os.urandom(200), on_delivery=delivered)
+        next_at += interval
+        if len(pending) >= 200:
+            latencies.put(pending)
+            pending = []
+    p.flush(10)
+    latencies.put(pending)
+
+
+def classic(bootstrap: str, stop: Any) -> None:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak-classic", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": True, "auto.commit.interval.ms": 1000, **clients.QUIET})
+    c.subscribe([TOPIC])
+    try:
+        while not stop.is_set():
+            c.poll(0.5)
+    finally:
+        c.close()
+
+
+def share(bootstrap: str, index: int, stop: Any) -> None:
+    """Accept most, release one in 20 (it is delivered again), reject one in 50."""
+    with clients.share_consumer(bootstrap, "soak-share", f"soak-{index}", TOPIC,
+                                **{"share.acknowledgement.mode": "explicit"}) as c:
+        seen = 0
+        for msgs in clients.polls(c, stop, 0.5):
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                seen += 1
+                kind = (AcknowledgeType.RELEASE if seen % 20 == 0 else
+                        AcknowledgeType.REJECT if seen % 50 == 0 else AcknowledgeType.ACCEPT)
+                c.acknowledge(m, kind)
+
+
+def dir_mb(data: Path, prefix: str) -> float:
+    total = 0
+    for d in data.glob(f"{prefix}-*"):
+        total += sum(f.stat().st_size for f in d.iterdir() if f.is_file())
+    return total / 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--rate", type=int, default=500, help="records per second")
+    ap.add_argument("--interval", type=float, default=60, help="seconds between samples")
+    args = ap.parse_args(argv)
+    with FreshBroker() as b:
+        create_topic(b.bootstrap, TOPIC, PARTITIONS, share_group="soak-share")
+        data = b.data_dir
+        stop = CTX.Event()
+        latencies = CTX.Queue()
+        procs = [child(producer, b.bootstrap, args.rate, stop, latencies), child(classic, b.bootstrap, stop),
+                 child(share, b.bootstrap, 0, stop), child(share, b.bootstrap, 1, stop)]
+        rows: list[dict[str, float]] = []
+        print(f"{'min':>5} {'RSS MB':>7} {'fds':>5} {'state MB':>8} {'offsets MB':>10} {'p50 ms':>7} {'p99 ms':>7}")
+        end = time.monotonic() + args.minutes * 60
+        try:
+            t0 = time.monotonic()
+            while time.monotonic() < end:
+                time.sleep(min(args.interval, max(0.0, end - time.monotonic())))
+                took: list[float] = []
+                while not latencies.empty():
+                    took.extend(latencies.get())
+                took.sort()
+                row = {"min": (time.monotonic() - t0) / 60, "rss": rss_mb(b.proc.pid), "fds": open_fds(b.proc.pid),
+                       "state": dir_mb(data, "__share_group_state"), "offsets": dir_mb(data, "__consumer_offsets"),
+                       "p50": statistics.median(took) if took else float("nan"),
+                       "p99": took[int(len(took) * 0.99)] if took else float("nan")}
+                rows.append(row)
+                print(f"{row['min']:>5.1f} {row['rss']:>7.1f} {row['fds']:>5.0f} {row['state']:>8.2f} "
+                      f"{row['offsets']:>10.2f} {row['p50']:>7.1f} {row['p99']:>7.1f}", flush=True)
+        finally:
+            stop.set()
+            reap(procs)
+        if len(rows) >= 2:
+            first, last = rows[0], rows[-1]
+            print("first vs last: " + ", ".join(f"{k} {first[k]:.1f} -> {last[k]:.1f}"
+                                                for k in ("rss", "fds", "state", "offsets", "p99")))
+
+
+if __name__ == "__main__":
+    main()
