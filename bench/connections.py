@@ -85,16 +85,13 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--counts", type=int, nargs="+", default=[0, 1000, 10000])
-    ap.add_argument("--requests", type=int, default=3000)
-    args = ap.parse_args(argv)
-    need = max(args.counts) + 256
+def measure(counts: list[int], requests: int) -> list[dict[str, float]]:
+    """A fresh broker; for each count, that many idle connections opened beside an active client."""
+    need = max(counts) + 256
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
-    print(f"{'idle':>7} {'RSS MB':>7} {'KB/conn':>8} {'open s':>7} {'p50 ms':>7} {'p99 ms':>7}")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="sharebroker-conn-") as tmp:
         broker = BrokerProcess(Path(tmp) / "data").start()
         try:
@@ -107,15 +104,14 @@ def main(argv: list[str] | None = None) -> None:
             wire.close()
             produce_latencies(broker.bootstrap, 200)  # warm up
             base = _rss_kb(broker.proc.pid)
-            for count in args.counts:
+            for count in counts:
                 t0 = time.perf_counter()
                 socks = open_idle(broker.bootstrap, count)
                 opened = time.perf_counter() - t0
                 rss = _rss_kb(broker.proc.pid)
-                took = produce_latencies(broker.bootstrap, args.requests)
-                per = (rss - base) / count if count else 0.0
-                print(f"{count:>7} {rss / 1024:>7.1f} {per:>8.1f} {opened:>7.2f} "
-                      f"{statistics.median(took):>7.3f} {_pct(took, 0.99):>7.3f}")
+                took = produce_latencies(broker.bootstrap, requests)
+                rows.append({"idle": count, "rss_mb": rss / 1024, "kb_per_conn": (rss - base) / count if count else 0.0,
+                             "open_s": opened, "p50_ms": statistics.median(took), "p99_ms": _pct(took, 0.99)})
                 for s in socks:
                     s.close()
                 deadline = time.monotonic() + 30  # the broker notices the closes
@@ -123,6 +119,18 @@ def main(argv: list[str] | None = None) -> None:
                     time.sleep(0.1)
         finally:
             broker.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--counts", type=int, nargs="+", default=[0, 1000, 10000])
+    ap.add_argument("--requests", type=int, default=3000)
+    args = ap.parse_args(argv)
+    print(f"{'idle':>7} {'RSS MB':>7} {'KB/conn':>8} {'open s':>7} {'p50 ms':>7} {'p99 ms':>7}")
+    for r in measure(args.counts, args.requests):
+        print(f"{r['idle']:>7} {r['rss_mb']:>7.1f} {r['kb_per_conn']:>8.1f} {r['open_s']:>7.2f} "
+              f"{r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f}")
 
 
 if __name__ == "__main__":

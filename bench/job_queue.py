@@ -41,11 +41,11 @@ def produce_jobs(bootstrap: str, n: int, out) -> None:
         out.put({"error": f"produce jobs: {e!r}"})
 
 
-def worker(bootstrap: str, index: int, n: int, seen, counters, marks, lock, stop) -> None:
-    """One explicit-ack worker: poll one job, ACCEPT it. counters = [distinct, deliveries,
-    redelivered]; marks = [first delivery, drained]."""
+def worker(bootstrap: str, index: int, n: int, seen, counters, marks, lock, stop, max_poll: int = 1) -> None:
+    """One explicit-ack worker: poll up to `max_poll` jobs, ACCEPT each. counters = [distinct,
+    deliveries, redelivered]; marks = [first delivery, drained]."""
     with clients.share_consumer(bootstrap, GROUP, f"worker-{index}", TOPIC,
-                                **{"share.acknowledgement.mode": "explicit", "max.poll.records": 1}) as c:
+                                **{"share.acknowledgement.mode": "explicit", "max.poll.records": max_poll}) as c:
         for msgs in clients.polls(c, stop, 0.2):
             now = time.perf_counter()
             for m in msgs:
@@ -68,32 +68,32 @@ def worker(bootstrap: str, index: int, n: int, seen, counters, marks, lock, stop
         clients.commit_quietly(c)
 
 
-def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600) -> dict[str, Any]:
+def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600, max_poll: int = 1) -> dict[str, Any]:
     seen = CTX.RawArray("B", n)
     counters = CTX.RawArray("q", 3)
     marks = CTX.RawArray("d", 2)
     lock, stop = CTX.Lock(), CTX.Event()
-    procs = [child(worker, bootstrap, i, n, seen, counters, marks, lock, stop) for i in range(consumers)]
+    procs = [child(worker, bootstrap, i, n, seen, counters, marks, lock, stop, max_poll) for i in range(consumers)]
     ok = stop.wait(timeout)
     stop.set()
     reap(procs)
     if not ok or marks[1] == 0.0:
         raise RuntimeError(f"drain timed out: {counters[0]}/{n} jobs")
     secs = marks[1] - marks[0]
-    return {"jobs": n, "consumers": consumers, "seconds": round(secs, 3), "jobs_per_s": round(n / secs, 1),
+    return {"jobs": n, "consumers": consumers, "max_poll_records": max_poll, "seconds": round(secs, 3), "jobs_per_s": round(n / secs, 1),
             "deliveries": counters[1], "redelivered": counters[2]}
 
 
-def run_sharebroker(n: int, consumers: int) -> dict[str, Any]:
+def run_sharebroker(n: int, consumers: int, max_poll: int = 1) -> dict[str, Any]:
     with FreshBroker() as b:
         create_topic(b.bootstrap, TOPIC, 1, share_group=GROUP)
         run_for_result(produce_jobs, b.bootstrap, n)
-        res = drain(b.bootstrap, n, consumers)
+        res = drain(b.bootstrap, n, consumers, max_poll=max_poll)
         res["broker_cpu_s"] = round(_cpu_seconds(b.proc.pid), 2)
         return res
 
 
-def run_mock(n: int, consumers: int) -> dict[str, Any]:
+def run_mock(n: int, consumers: int, max_poll: int = 1) -> dict[str, Any]:
     q, stop = CTX.Queue(), CTX.Event()
     mock = child(clients.mock_cluster, TOPIC, 1, q, stop)
     try:
@@ -101,7 +101,7 @@ def run_mock(n: int, consumers: int) -> dict[str, Any]:
         if "error" in info:
             raise RuntimeError(info["error"])
         run_for_result(produce_jobs, info["bootstrap"], n)
-        return drain(info["bootstrap"], n, consumers)
+        return drain(info["bootstrap"], n, consumers, max_poll=max_poll)
     finally:
         stop.set()
         reap([mock], 10)
@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--consumers", type=int, default=1)
     ap.add_argument("--wide", default="8:20000", help="CONSUMERS:JOBS for the many-workers run ('' to skip)")
     ap.add_argument("--peers", default="sharebroker,mock")
+    ap.add_argument("--max-poll-records", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="write results.json into this folder")
     args = ap.parse_args(argv)
     runs = [(args.consumers, int(n)) for n in args.backlogs.split(",") if n]
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'peer':<12} {'workers':>7} {'jobs':>7} {'jobs/s':>9} {'seconds':>8} {'redeliv':>7}  broker CPU s")
     for consumers, n in runs:
         for name in args.peers.split(","):
-            res = peers[name](n, consumers)
+            res = peers[name](n, consumers, args.max_poll_records)
             res["peer"] = name
             results.append(res)
             print(f"{name:<12} {consumers:>7} {n:>7} {res['jobs_per_s']:>9,.0f} {res['seconds']:>8.2f} "

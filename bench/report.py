@@ -96,7 +96,47 @@ def rows(res: dict[str, Any]) -> list[dict[str, Any]]:
         gb = w6["big_log_bytes"] / 1e9
         add(f"w6 start-up, {gb:.2f} GB of log + share state", {k: w6["big_log_s"][k] * 1000 for k in ("median", "min", "max")},
             "ms", "", "<2000 ms (at 1 GB)", (w6["big_log_s"]["median"] < 2) if gb >= 1 else None)
+    _count_rows(w, add)
     return out
+
+
+def _count_rows(w: dict[str, Any], add: Any) -> None:
+    """Issue 24's counts: job queue, members, groups, connections, partitions."""
+    for r in w.get("w7_jobs", {}).values():
+        s, mock = r["jobs_per_s"], r["mock_jobs_per_s"]
+        target, ok = "", None
+        if r["max_poll_records"] == 1:
+            target = ">=1.0x mock" + (", >=20k/s" if r["consumers"] == 8 else "")
+            ok = s["median"] >= mock["median"] and (r["consumers"] != 8 or s["median"] >= 20_000)
+        elif r["max_poll_records"] == 100:
+            target, ok = ">=200k/s", s["median"] >= 200_000
+        add(f"w7 job queue, {r['consumers']} consumer(s), max.poll.records={r['max_poll_records']}", s, "rec/s",
+            f"{s['median'] / mock['median']:.2f}x mock ({mock['median']:,.0f})", target, ok)
+    for n, r in w.get("w8_members", {}).items():
+        add(f"w8 share group of {int(n):,} members: settled after the join storm", r["settled_s"], "s")
+        big = int(n) >= 1000
+        add(f"w8 share group of {int(n):,} members: steady heartbeat p99", r["p99_ms"], "ms", "",
+            "<10 ms" if big else "", (r["p99_ms"]["median"] < 10) if big else None)
+        add(f"w8 share group of {int(n):,} members: broker CPU per heartbeat", r["cpu_us_per_heartbeat"], "µs")
+    for n, r in w.get("w9_groups", {}).items():
+        add(f"w9 {int(n):,} idle classic + {int(n):,} idle share groups: broker idle CPU", r["idle_cpu_pct"], "%")
+        add(f"w9 {int(n):,} + {int(n):,} groups: restart", r["restart_s"], "s")
+        add(f"w9 {int(n):,} + {int(n):,} groups: an active share member's heartbeat p99", r["hb_p99"], "ms")
+    for n, r in w.get("w10_connections", {}).items():
+        if int(n):
+            add(f"w10 {int(n):,} idle connections: broker memory per connection", r["kb_per_conn"], "KB", "",
+                "<20 KB", r["kb_per_conn"]["median"] < 20)
+        add(f"w10 {int(n):,} idle connections: active client produce p99", r["p99_ms"], "ms")
+    for n, r in w.get("w11_partitions", {}).items():
+        if "restart_s" in r:
+            ten_k = int(n) == 10_000
+            add(f"w11 {int(n):,} partitions (ulimit -n 4096): restart", r["restart_s"], "s", "",
+                "<2 s" if ten_k else "", (r["restart_s"]["median"] < 2) if ten_k else None)
+        if "metadata_p50_ms" in r:
+            add(f"w11 {int(n):,} partitions: Metadata(all) p50", r["metadata_p50_ms"], "ms")
+        if "after_restart_rss_mb" in r:
+            add(f"w11 {int(n):,} partitions: RSS after restart", r["after_restart_rss_mb"], "MB", "", "<300 MB",
+                r["after_restart_rss_mb"]["median"] < 300)
 
 
 def table(rs: list[dict[str, Any]]) -> list[str]:
@@ -171,6 +211,25 @@ def charts(res: dict[str, Any], out: Path) -> list[str]:
         fig.savefig(out / "latency_percentiles.png", dpi=110)
         plt.close(fig)
         made.append("latency_percentiles.png")
+    jobs = w.get("w7_jobs")
+    if jobs:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        keys = list(jobs)
+        xs = list(range(len(keys)))
+        for offset, field, label in ((-0.2, "jobs_per_s", "sharebroker"), (0.2, "mock_jobs_per_s", "librdkafka mock")):
+            med = [jobs[k][field]["median"] for k in keys]
+            ax.bar([x + offset for x in xs], med, 0.4, label=label,
+                   yerr=[[m - jobs[k][field]["min"] for m, k in zip(med, keys)],
+                         [jobs[k][field]["max"] - m for m, k in zip(med, keys)]], capsize=3)
+        ax.set_xticks(xs, [f"{jobs[k]['consumers']} cons.\nmax.poll {jobs[k]['max_poll_records']}" for k in keys],
+                      fontsize=8)
+        ax.set_ylabel("acknowledged jobs/s (median, min-max)")
+        ax.set_title("Job queue: explicit ACCEPT per job, 1 partition")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "job_queue.png", dpi=110)
+        plt.close(fig)
+        made.append("job_queue.png")
     return made
 
 

@@ -47,10 +47,13 @@ PARTITIONS = 4
 
 SCALES = {
     "quick": {"backlogs": [10_000, 100_000], "mock_backlogs": [5_000, 20_000], "produce_records": 100_000,
-              "classic_records": 100_000, "live_seconds": 5.0, "big_log_mb": 100, "disk_mib": 256},
+              "classic_records": 100_000, "live_seconds": 5.0, "big_log_mb": 100, "disk_mib": 256,
+              "jobs": 2_000, "members": [100, 1000], "groups": [1, 1000], "connections": [0, 1000],
+              "partitions": [1000]},
     "full": {"backlogs": [10_000, 100_000, 1_000_000], "mock_backlogs": [5_000, 10_000, 50_000],
              "produce_records": 1_000_000, "classic_records": 1_000_000, "live_seconds": 20.0, "big_log_mb": 1024,
-             "disk_mib": 1024},
+             "disk_mib": 1024, "jobs": 10_000, "members": [10, 100, 1000], "groups": [1, 1000, 10_000],
+             "connections": [0, 1000, 10_000], "partitions": [1000, 10_000, 100_000]},
 }
 
 
@@ -356,6 +359,87 @@ def peer_disk(scale: dict, runs: int) -> dict[str, Any]:
     return {"mib": mib, "mb_per_s": summarize(rates)}
 
 
+# --------------------------------------------------------------------------------------------
+# counts (issue 24): job queue, members, groups, connections, partitions
+
+
+def w7_jobs(scale: dict, runs: int) -> dict[str, Any]:
+    """The job queue, explicit ACCEPT per job: 1 and 8 consumers x max.poll.records 1/10/100,
+    sharebroker and the mock cluster side by side in each run."""
+    from bench import job_queue
+
+    out: dict[str, Any] = {}
+    n = scale["jobs"]
+    for consumers in (1, 8):
+        for max_poll in (1, 10, 100):
+            key = f"{consumers}x{max_poll}"
+            ours, mock = [], []
+            for _ in range(runs):
+                ours.append(job_queue.run_sharebroker(n, consumers, max_poll)["jobs_per_s"])
+                mock.append(job_queue.run_mock(n, consumers, max_poll)["jobs_per_s"])
+            out[key] = {"consumers": consumers, "max_poll_records": max_poll, "jobs": n,
+                        "jobs_per_s": summarize(ours), "mock_jobs_per_s": summarize(mock)}
+            print(f"  jobs {key}: {out[key]['jobs_per_s']['median']:,.0f}/s "
+                  f"(mock {out[key]['mock_jobs_per_s']['median']:,.0f}/s)", flush=True)
+    return out
+
+
+def w8_members(scale: dict, runs: int) -> dict[str, Any]:
+    """One share group of N members (raw heartbeats): settle time after a join storm, steady
+    heartbeat latency and CPU per heartbeat."""
+    from bench import share_members
+
+    out: dict[str, Any] = {}
+    for n in scale["members"]:
+        got = [share_members.run_one(n, 10, 10.0, 45.0) for _ in range(runs)]
+        out[str(n)] = {k: summarize([g[k] for g in got]) for k in ("settled_s", "p50_ms", "p99_ms",
+                                                                    "cpu_us_per_heartbeat")}
+        print(f"  members {n}: settled {out[str(n)]['settled_s']['median']:.1f} s, "
+              f"p99 {out[str(n)]['p99_ms']['median']:.1f} ms", flush=True)
+    return out
+
+
+def w9_groups(scale: dict, runs: int) -> dict[str, Any]:
+    """N idle classic and N idle share groups: the broker's idle CPU, RSS, an active group's
+    latencies beside them, restart."""
+    from bench import groups
+
+    out: dict[str, Any] = {}
+    for n in scale["groups"]:
+        got = [groups.run(n, 5.0) for _ in range(runs)]
+        out[str(n)] = {k: summarize([g[k] for g in got]) for k in ("idle_cpu_pct", "rss_mb", "hb_p99", "commit_p99",
+                                                                    "restart_s")}
+        print(f"  groups {n}: idle CPU {out[str(n)]['idle_cpu_pct']['median']:.1f}%, "
+              f"restart {out[str(n)]['restart_s']['median']:.2f} s", flush=True)
+    return out
+
+
+def w10_connections(scale: dict, runs: int) -> dict[str, Any]:
+    """Idle connections: broker memory per connection and an active client's produce latency."""
+    from bench import connections
+
+    out: dict[str, Any] = {}
+    for _ in range(runs):
+        for row in connections.measure(scale["connections"], 2000):
+            entry = out.setdefault(str(row["idle"]), {"kb_per_conn": [], "p50_ms": [], "p99_ms": []})
+            for k in entry:
+                entry[k].append(row[k])
+    return {n: {k: summarize(v) for k, v in e.items()} for n, e in out.items()}
+
+
+def w11_partitions(scale: dict, runs: int) -> dict[str, Any]:
+    """Partitions under ulimit -n 4096: creation, Metadata(all), restart, RSS, descriptors."""
+    from bench import partitions
+
+    out: dict[str, Any] = {}
+    for n in scale["partitions"]:
+        got = [partitions.run(n, 4096, min(1000, n), 20, {}) for _ in range(1 if n >= 100_000 else runs)]
+        keys = ("create_s", "metadata_p50_ms", "restart_s", "after_restart_rss_mb", "after_restart_fds")
+        out[str(n)] = {k: summarize([g[k] for g in got if k in g]) for k in keys if any(k in g for g in got)}
+        print(f"  partitions {n}: " + ", ".join(f"{k} {v['median']:.1f}" for k, v in out[str(n)].items()), flush=True)
+    return out
+
+
 WORKLOADS: dict[str, Callable[[dict, int], dict[str, Any]]] = {
     "peer_disk": peer_disk,
     "peer_mock": peer_mock,
@@ -366,6 +450,11 @@ WORKLOADS: dict[str, Callable[[dict, int], dict[str, Any]]] = {
     "w3_produce": w3_produce,
     "w4_classic": w4_classic,
     "w6_startup": w6_startup,
+    "w7_jobs": w7_jobs,
+    "w8_members": w8_members,
+    "w9_groups": w9_groups,
+    "w10_connections": w10_connections,
+    "w11_partitions": w11_partitions,
 }
 
 
