@@ -58,6 +58,7 @@ class Connection:
         # SASL listeners: the exchange every frame passes until authenticated (None elsewhere).
         self._sasl: SaslSession | None = None
         self._max_frame = frames.max_frame
+        self._secured = security is not None
         if security is not None:
             if security.ssl_context is not None and not security.sasl:
                 self.principal = security.ssl_principal(frames.ssl_object())
@@ -85,7 +86,11 @@ class Connection:
         self._on_close.append(callback)
 
     async def serve(self) -> None:
-        log.info("connection opened", conn=self.id, peer=self.peer)
+        if self._secured:
+            log.info("connection opened", conn=self.id, peer=self.peer, listener=self.listener,
+                     principal=str(self.principal))
+        else:
+            log.info("connection opened", conn=self.id, peer=self.peer)
         reason = "client closed"
         frames = self._frames
         metrics = self.broker.metrics

@@ -165,8 +165,7 @@ def listener_security(config: BrokerConfig, listener: Listener, scram: ScramCred
             module = single_module(jaas, setting)
             sec.plain_users = {k[len("user_"):]: v for k, v in module.options.items() if k.startswith("user_")}
         elif name == "OAUTHBEARER":
-            module = single_module(jaas, setting) if jaas else None
-            sec.oauth = UnsecuredValidator(module.options if module is not None else {})
+            sec.oauth = UnsecuredValidator(single_module(jaas, setting).options if jaas else {})
     return sec
 
 

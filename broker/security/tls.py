@@ -23,10 +23,6 @@ Setting = Callable[[str], Any]
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 
-class TlsConfigError(ConfigError):
-    pass
-
-
 def _read(path: str, setting: str) -> bytes:
     try:
         return Path(path).read_bytes()
