@@ -172,13 +172,14 @@ def test_scram_users_with_admin_client_survive_restart(tmp_path: Any) -> None:
         producer = Producer({**conf, "message.timeout.ms": 15000})
         producer.produce(unique_name("sec"), b"x")
         assert producer.flush(20) == 0
-        futures = admin(broker.bootstrap).alter_user_scram_credentials(
-            [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)])
+        a = admin(broker.bootstrap)
+        futures = a.alter_user_scram_credentials([UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)])
         for future in futures.values():
             future.result(10)
-        assert "carol" not in admin(broker.bootstrap).describe_user_scram_credentials().result(10)
+        assert "carol" not in a.describe_user_scram_credentials().result(10)
         broker.kill()
         broker.start()  # the deletion is durable too
-        assert "carol" not in admin(broker.bootstrap).describe_user_scram_credentials().result(10)
+        a = admin(broker.bootstrap)
+        assert "carol" not in a.describe_user_scram_credentials().result(10)
     finally:
         broker.kill()
