@@ -155,14 +155,14 @@ def token_provider(library: str, principal: str, lifetime_s: float = 3600) -> An
     """An OAUTHBEARER token provider for kafka-python ("kafka") or aiokafka ("aiokafka") that hands
     out unsecured JWTs for `principal`."""
     if library == "aiokafka":
-        from aiokafka.abc import AbstractTokenProvider as AioBase
+        from aiokafka.abc import AbstractTokenProvider as AioBase  # type: ignore[import-untyped]
 
         class AioProvider(AioBase):  # type: ignore[misc]
             async def token(self) -> str:
                 return unsecured_jwt(principal, lifetime_s)
 
         return AioProvider()
-    from kafka.net.sasl.oauth import AbstractTokenProvider as KafkaBase
+    from kafka.net.sasl.oauth import AbstractTokenProvider as KafkaBase  # type: ignore[import-untyped]
 
     class KafkaProvider(KafkaBase):  # type: ignore[misc]
         def token(self) -> str:
