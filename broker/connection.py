@@ -76,6 +76,11 @@ class Connection:
         self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
         self._errors: dict[str, int] | None = None
 
+    @property
+    def sasl_authenticated(self) -> bool:
+        """Whether the client authenticated with SASL (SASL_PLAINTEXT, SASL_SSL listeners)."""
+        return self._sasl is not None and self._sasl.authenticated
+
     def _authenticated(self, principal: KafkaPrincipal) -> None:
         self.principal = principal
         self._frames.min_frame = MIN_FRAME

@@ -174,6 +174,9 @@ async def describe_user_scram_credentials(broker: Broker, conn: Connection, req:
 
 @api(41)
 async def describe_delegation_token(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
-    # Every sharebroker listener is PLAINTEXT, where Kafka allows no delegation token request.
+    # As Kafka: no token requests on PLAINTEXT or SSL listeners; on SASL ones, tokens are disabled
+    # (there is no delegation.token.secret.key: sharebroker has no delegation tokens).
+    sasl = conn.sasl_authenticated
     return build(response_class(41, req.api_version), {
-        "error_code": ErrorCode.delegation_token_request_not_allowed, "tokens": (), "throttle_time": 0})
+        "error_code": ErrorCode.delegation_token_auth_disabled if sasl else ErrorCode.delegation_token_request_not_allowed,
+        "tokens": (), "throttle_time": 0})

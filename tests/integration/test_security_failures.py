@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from kafka import KafkaProducer
 
 from sharebroker.testing import BrokerProcess, BrokerSecurity, unique_name, wait_for
 from sharebroker.testing.plugin import broker_for_tests
@@ -166,9 +167,10 @@ def test_handshake_v0_raw_tokens(secured: BrokerProcess) -> None:
 
 def test_session_expiry_and_reauthentication(tmp_path: Path) -> None:
     """connections.max.reauth.ms: the lifetime goes to the client in SaslAuthenticate v1+; librdkafka
-    re-authenticates in time and keeps producing; a connection that does not is closed on its first
-    request after expiry."""
+    and kafka-python re-authenticate in time and keep producing; a connection that does not is
+    closed on its first request after expiry."""
     security = BrokerSecurity(listeners=("SASL_PLAINTEXT",), mechanisms=("PLAIN", "SCRAM-SHA-256"),
+                              users={"alice": "alice-secret", "bob": "bob-secret"},
                               settings={"connections.max.reauth.ms": "1500"})
     broker = BrokerProcess(tmp_path / "data", security=security).start()
     try:
@@ -183,19 +185,29 @@ def test_session_expiry_and_reauthentication(tmp_path: Path) -> None:
             assert client.wait_closed()
         assert len(broker.log_events("authentication session expired, closing connection")) == 1
 
-        for mechanism in ("PLAIN", "SCRAM-SHA-256"):
-            producer = Producer({**security.confluent(broker, "SASL_PLAINTEXT", mechanism), "linger.ms": 0})
+        def reauthenticated(mechanism: str, principal: str) -> bool:
+            return any(e.get("mechanism") == mechanism and e.get("principal") == principal
+                       for e in broker.log_events("SASL re-authentication succeeded"))
+
+        for mechanism in ("PLAIN", "SCRAM-SHA-256"):  # librdkafka
+            producer = Producer({**security.confluent(broker, "SASL_PLAINTEXT", mechanism, "alice"), "linger.ms": 0})
             topic, errors = unique_name("reauth"), []
 
-            def reauthenticated(producer: Producer = producer, topic: str = topic, mechanism: str = mechanism,
-                                errors: list[Any] = errors) -> bool:
+            def produced(producer: Producer = producer, topic: str = topic, mechanism: str = mechanism,
+                         errors: list[Any] = errors) -> bool:
                 producer.produce(topic, b"x", on_delivery=lambda err, msg: errors.append(err))
                 producer.flush(10)
-                return any(e.get("mechanism") == mechanism
-                           for e in broker.log_events("SASL re-authentication succeeded"))
+                return reauthenticated(mechanism, "User:alice")
 
-            wait_for(reauthenticated, 20, interval=0.2, message=f"a {mechanism} re-authentication")
+            wait_for(produced, 20, interval=0.2, message=f"a {mechanism} re-authentication")
             assert errors and all(e is None for e in errors)
+        kp = KafkaProducer(**security.kafka_python(broker, "SASL_PLAINTEXT", "SCRAM-SHA-256", "bob"))
+        try:
+            wait_for(lambda: kp.send(unique_name("reauth"), b"y").get(timeout=10) and
+                     reauthenticated("SCRAM-SHA-256", "User:bob"), 20, interval=0.2,
+                     message="kafka-python's re-authentication")
+        finally:
+            kp.close()
         assert len(broker.log_events("authentication session expired, closing connection")) == 1
     finally:
         broker.kill()
