@@ -28,10 +28,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-cn", default="client", help="common name of the client certificate (default client)")
     p.add_argument("--password", default="changeit", help="password of the PKCS12 files (default changeit)")
     p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    p.add_argument("--if-missing", action="store_true",
+                   help="do nothing when DIR already holds ca.pem (a compose service run at every `up`)")
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.if_missing and (Path(args.directory) / "ca.pem").exists():
+        print(f"certificates already in {args.directory}")
+        return 0
     paths = generate(Path(args.directory), hosts=tuple(args.hosts or DEFAULT_HOSTS), client_cn=args.client_cn,
                      password=args.password, days=args.days)
     for name, path in sorted(vars(paths).items()):

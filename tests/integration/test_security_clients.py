@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
 from kafka import KafkaConsumer, KafkaProducer
 
 from sharebroker.testing import BrokerProcess, BrokerSecurity, unique_name, wait_for
-from sharebroker.testing.plugin import broker_for_tests
+from sharebroker.testing.plugin import BrokerFactory, broker_for_tests
 from tests.integration.clients import admin, create_topic
 from tests.integration.share_helpers import poll_until, set_earliest, share_consumer, values
 
@@ -150,36 +150,34 @@ def test_aiokafka_produce_consume(secured: BrokerProcess, protocol: str, mechani
     assert _authenticated(secured, "User:ANONYMOUS" if mechanism is None else "User:bob", mechanism)
 
 
-def test_scram_users_with_admin_client_survive_restart(tmp_path: Any) -> None:
+def test_scram_users_with_admin_client_survive_restart(make_broker: BrokerFactory) -> None:
     """AlterUserScramCredentials/DescribeUserScramCredentials through confluent-kafka's AdminClient;
-    the credential authenticates, survives a restart (kept in the data directory), and once deleted
-    no longer authenticates."""
+    the credential survives a kill -9 (kept in the data directory) and authenticates; its deletion is
+    durable too."""
     security = BrokerSecurity(listeners=("SASL_PLAINTEXT",), mechanisms=("SCRAM-SHA-512",), users={})
-    broker = BrokerProcess(tmp_path / "data", security=security).start()
-    try:
-        a = admin(broker.bootstrap)
-        futures = a.alter_user_scram_credentials([UserScramCredentialUpsertion(
-            "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"carol-secret")])
-        for future in futures.values():
-            future.result(10)
-        described = a.describe_user_scram_credentials(["carol"])["carol"].result(10)
-        assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == [
-            (ScramMechanism.SCRAM_SHA_512, 8192)]
-        broker.kill()
-        broker.start()
-        conf = {"bootstrap.servers": broker.listener_bootstrap("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol", "sasl.password": "carol-secret"}
-        producer = Producer({**conf, "message.timeout.ms": 15000})
-        producer.produce(unique_name("sec"), b"x")
-        assert producer.flush(20) == 0
-        a = admin(broker.bootstrap)
-        futures = a.alter_user_scram_credentials([UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)])
-        for future in futures.values():
-            future.result(10)
-        assert "carol" not in a.describe_user_scram_credentials().result(10)
-        broker.kill()
-        broker.start()  # the deletion is durable too
-        a = admin(broker.bootstrap)
-        assert "carol" not in a.describe_user_scram_credentials().result(10)
-    finally:
-        broker.kill()
+    broker = make_broker(security=security)
+    assert isinstance(broker, BrokerProcess)
+    a = admin(broker.bootstrap)
+    futures = a.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"carol-secret")])
+    for future in futures.values():
+        future.result(10)
+    described = a.describe_user_scram_credentials(["carol"])["carol"].result(10)
+    assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)]
+    broker.kill()
+    broker.start()
+    conf = {"bootstrap.servers": broker.listener_bootstrap("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol", "sasl.password": "carol-secret"}
+    producer = Producer({**conf, "message.timeout.ms": 15000})
+    producer.produce(unique_name("sec"), b"x")
+    assert producer.flush(20) == 0
+    a = admin(broker.bootstrap)
+    futures = a.alter_user_scram_credentials([UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)])
+    for future in futures.values():
+        future.result(10)
+    assert "carol" not in a.describe_user_scram_credentials().result(10)
+    broker.kill()
+    broker.start()  # the deletion is durable too
+    a = admin(broker.bootstrap)
+    assert "carol" not in a.describe_user_scram_credentials().result(10)

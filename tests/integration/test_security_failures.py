@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, Producer
 from kafka import KafkaProducer
 
 from sharebroker.testing import BrokerProcess, BrokerSecurity, unique_name, wait_for
-from sharebroker.testing.plugin import broker_for_tests
+from sharebroker.testing.plugin import BrokerFactory, broker_for_tests
 from tests.integration import rawkafka as rk
 
 pytestmark = pytest.mark.timeout(120)
@@ -165,52 +165,50 @@ def test_handshake_v0_raw_tokens(secured: BrokerProcess) -> None:
         assert client.wait_closed()  # a failed raw exchange is closed without a word, as Kafka does
 
 
-def test_session_expiry_and_reauthentication(tmp_path: Path) -> None:
+def test_session_expiry_and_reauthentication(make_broker: BrokerFactory) -> None:
     """connections.max.reauth.ms: the lifetime goes to the client in SaslAuthenticate v1+; librdkafka
     and kafka-python re-authenticate in time and keep producing; a connection that does not is
     closed on its first request after expiry."""
     security = BrokerSecurity(listeners=("SASL_PLAINTEXT",), mechanisms=("PLAIN", "SCRAM-SHA-256"),
                               users={"alice": "alice-secret", "bob": "bob-secret"},
                               settings={"connections.max.reauth.ms": "1500"})
-    broker = BrokerProcess(tmp_path / "data", security=security).start()
+    broker = make_broker(security=security)
+    assert isinstance(broker, BrokerProcess)
+    with rk.RawClient(broker.listener_bootstrap("SASL_PLAINTEXT")) as client:
+        assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 0
+        resp = client.request(rk.req_cls(36, 1)(auth_bytes=b"\0alice\0alice-secret"))
+        assert resp.error_code == 0 and resp.session_lifetime.total_seconds() == 1.5
+        expires = time.monotonic() + 1.5
+        assert client.request(rk.metadata_request([])).brokers
+        wait_for(lambda: time.monotonic() > expires + 0.1, 5, message="the session to expire")
+        client.send(rk.metadata_request([]))
+        assert client.wait_closed()
+    assert len(broker.log_events("authentication session expired, closing connection")) == 1
+
+    def reauthenticated(mechanism: str, principal: str) -> bool:
+        return any(e.get("mechanism") == mechanism and e.get("principal") == principal
+                   for e in broker.log_events("SASL re-authentication succeeded"))
+
+    for mechanism in ("PLAIN", "SCRAM-SHA-256"):  # librdkafka
+        producer = Producer({**security.confluent(broker, "SASL_PLAINTEXT", mechanism, "alice"), "linger.ms": 0})
+        topic, errors = unique_name("reauth"), []
+
+        def produced(producer: Producer = producer, topic: str = topic, mechanism: str = mechanism,
+                     errors: list[Any] = errors) -> bool:
+            producer.produce(topic, b"x", on_delivery=lambda err, msg: errors.append(err))
+            producer.flush(10)
+            return reauthenticated(mechanism, "User:alice")
+
+        wait_for(produced, 20, interval=0.2, message=f"a {mechanism} re-authentication")
+        assert errors and all(e is None for e in errors)
+    kp = KafkaProducer(**security.kafka_python(broker, "SASL_PLAINTEXT", "SCRAM-SHA-256", "bob"))
     try:
-        with rk.RawClient(broker.listener_bootstrap("SASL_PLAINTEXT")) as client:
-            assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 0
-            resp = client.request(rk.req_cls(36, 1)(auth_bytes=b"\0alice\0alice-secret"))
-            assert resp.error_code == 0 and resp.session_lifetime.total_seconds() == 1.5
-            expires = time.monotonic() + 1.5
-            assert client.request(rk.metadata_request([])).brokers
-            wait_for(lambda: time.monotonic() > expires + 0.1, 5, message="the session to expire")
-            client.send(rk.metadata_request([]))
-            assert client.wait_closed()
-        assert len(broker.log_events("authentication session expired, closing connection")) == 1
-
-        def reauthenticated(mechanism: str, principal: str) -> bool:
-            return any(e.get("mechanism") == mechanism and e.get("principal") == principal
-                       for e in broker.log_events("SASL re-authentication succeeded"))
-
-        for mechanism in ("PLAIN", "SCRAM-SHA-256"):  # librdkafka
-            producer = Producer({**security.confluent(broker, "SASL_PLAINTEXT", mechanism, "alice"), "linger.ms": 0})
-            topic, errors = unique_name("reauth"), []
-
-            def produced(producer: Producer = producer, topic: str = topic, mechanism: str = mechanism,
-                         errors: list[Any] = errors) -> bool:
-                producer.produce(topic, b"x", on_delivery=lambda err, msg: errors.append(err))
-                producer.flush(10)
-                return reauthenticated(mechanism, "User:alice")
-
-            wait_for(produced, 20, interval=0.2, message=f"a {mechanism} re-authentication")
-            assert errors and all(e is None for e in errors)
-        kp = KafkaProducer(**security.kafka_python(broker, "SASL_PLAINTEXT", "SCRAM-SHA-256", "bob"))
-        try:
-            wait_for(lambda: kp.send(unique_name("reauth"), b"y").get(timeout=10) and
-                     reauthenticated("SCRAM-SHA-256", "User:bob"), 20, interval=0.2,
-                     message="kafka-python's re-authentication")
-        finally:
-            kp.close()
-        assert len(broker.log_events("authentication session expired, closing connection")) == 1
+        wait_for(lambda: kp.send(unique_name("reauth"), b"y").get(timeout=10) and
+                 reauthenticated("SCRAM-SHA-256", "User:bob"), 20, interval=0.2,
+                 message="kafka-python's re-authentication")
     finally:
-        broker.kill()
+        kp.close()
+    assert len(broker.log_events("authentication session expired, closing connection")) == 1
 
 
 def _start_fails(tmp_path: Path, security: BrokerSecurity, overrides: dict[str, str]) -> str:
@@ -220,6 +218,7 @@ def _start_fails(tmp_path: Path, security: BrokerSecurity, overrides: dict[str, 
     return str(failed.value)
 
 
+@pytest.mark.needs_own_broker("starts brokers with settings that fail")
 def test_settings_that_cannot_be_served_stop_the_start(tmp_path: Path) -> None:
     sasl = BrokerSecurity(listeners=("SASL_PLAINTEXT",))
     assert "GSSAPI (Kerberos) is not supported" in _start_fails(tmp_path, sasl, {"sasl.enabled.mechanisms": "GSSAPI"})
