@@ -109,7 +109,12 @@ class Connection:
                     break
                 sasl = self._sasl
                 if sasl is not None:
-                    outcome = sasl.check(frame) if sasl.authenticated else sasl.handle(frame)
+                    try:
+                        outcome = sasl.check(frame) if sasl.authenticated else sasl.handle(frame)
+                    except Exception:  # a bug must cost this connection only
+                        log.exception("SASL exchange failed", conn=self.id, peer=self.peer)
+                        reason = "authentication failed"
+                        break
                     if not outcome.passthrough:
                         frames.recycle(frame)
                         if outcome.response:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import time
 from typing import Any
@@ -76,7 +77,7 @@ class UnsecuredValidator:
         now_ms = time.time() * 1000
         iat = claims.get("iat")
         if iat is not None:
-            if not isinstance(iat, (int, float)):
+            if not _number(iat):
                 raise TokenInvalid("The iat claim had the incorrect type")
             if iat * 1000 > now_ms + self.skew_ms:
                 raise TokenInvalid(f"The Issued At value ({iat} seconds) was after the indicated time "
@@ -84,7 +85,7 @@ class UnsecuredValidator:
         exp = claims.get("exp")
         if exp is None:
             raise TokenInvalid("Required claim missing: exp")
-        if not isinstance(exp, (int, float)):
+        if not _number(exp):
             raise TokenInvalid("The exp claim had the incorrect type")
         if now_ms - self.skew_ms >= exp * 1000:
             raise TokenInvalid(f"The indicated time ({now_ms / 1000} seconds) minus allowable clock skew "
@@ -99,7 +100,14 @@ class UnsecuredValidator:
             if missing:
                 raise TokenInvalid(f"The provided scope ({granted}) was missing a required scope ({missing})",
                                    scope=" ".join(self.required_scope))
-        return principal, int(exp * 1000)
+        return principal, int(min(exp * 1000, 2**63 - 1))  # a far-off exp (1e308) is a long's maximum
+
+
+def _number(value: Any) -> bool:
+    """A JSON number a time can be: not a boolean, not infinite or NaN."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 class OAuthBearerServer:
