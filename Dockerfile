@@ -31,13 +31,17 @@ RUN /opt/sharebroker/bin/pip uninstall --quiet --yes pip setuptools
 FROM ${PYTHON_IMAGE}
 RUN groupadd --system --gid 1000 appuser \
     && useradd --system --uid 1000 --gid 1000 --no-create-home --home-dir /nonexistent appuser \
-    && mkdir -p /var/lib/sharebroker && chown appuser:appuser /var/lib/sharebroker
+    && mkdir -p /var/lib/sharebroker /etc/sharebroker/certs \
+    && chown appuser:appuser /var/lib/sharebroker /etc/sharebroker/certs
 COPY --from=runtime /opt/sharebroker /opt/sharebroker
 COPY docker/entrypoint.sh /usr/local/bin/sharebroker-entrypoint
 ENV PATH=/opt/sharebroker/bin:$PATH PYTHONDONTWRITEBYTECODE=1 SHAREBROKER_LOG_FORMAT=json
 USER appuser
 VOLUME /var/lib/sharebroker
 EXPOSE 9092
+# A SASL_SSL listener for the host, when the compose file configures one (certificates from
+# `sharebroker certs /etc/sharebroker/certs`, a volume the image owns so appuser can write it)
+EXPOSE 9094
 # Prometheus metrics, when KAFKA_METRICS_LISTENER=0.0.0.0:9404 is set (off by default)
 EXPOSE 9404
 # Healthy once the broker answers a Kafka Metadata request on its first listener; SIGTERM (docker

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
-from sharebroker.broker.frames import FrameEnd, FrameProtocol
+from sharebroker.broker.frames import MIN_FRAME, FrameEnd, FrameProtocol
 from sharebroker.broker.metrics import Recorder, count_errors, error_name
 from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
+from sharebroker.broker.security.sasl import ListenerSecurity, SaslSession
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.api_table import API_VERSIONS, api_name
 from sharebroker.protocol.codec import (
@@ -42,7 +43,8 @@ _NO_ERROR = {"NONE": 1}  # a response without error codes (or none at all: acks=
 
 
 class Connection:
-    def __init__(self, broker: Broker, frames: FrameProtocol, listener: str) -> None:
+    def __init__(self, broker: Broker, frames: FrameProtocol, listener: str,
+                 security: ListenerSecurity | None = None) -> None:
         self.broker = broker
         self.listener = listener  # the name of the listener it came in on
         self.id = next(_ids)
@@ -53,6 +55,18 @@ class Connection:
         self.client_id: str | None = None
         # Who the client authenticated as (ANONYMOUS on PLAINTEXT); ACL checks ask about it.
         self.principal: KafkaPrincipal = ANONYMOUS
+        # SASL listeners: the exchange every frame passes until authenticated (None elsewhere).
+        self._sasl: SaslSession | None = None
+        self._max_frame = frames.max_frame
+        self._secured = security is not None
+        if security is not None:
+            if security.ssl_context is not None and not security.sasl:
+                self.principal = security.ssl_principal(frames.ssl_object())
+            if security.sasl:
+                self._sasl = SaslSession(security, self.id, self.peer, self._authenticated)
+                # Before authentication Kafka takes frames of any size up to sasl.server.max.receive.size.
+                frames.min_frame = 0
+                frames.max_frame = security.max_receive
         self.closed = False
         self._on_close: list[Callable[[Connection], Any]] = []
         # With metrics on: the error codes (by name) of the response a handler encodes itself
@@ -62,12 +76,26 @@ class Connection:
         self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
         self._errors: dict[str, int] | None = None
 
+    @property
+    def sasl_authenticated(self) -> bool:
+        """Whether the client authenticated with SASL (SASL_PLAINTEXT, SASL_SSL listeners)."""
+        return self._sasl is not None and self._sasl.authenticated
+
+    def _authenticated(self, principal: KafkaPrincipal) -> None:
+        self.principal = principal
+        self._frames.min_frame = MIN_FRAME
+        self._frames.max_frame = self._max_frame
+
     def on_close(self, callback: Callable[[Connection], Any]) -> None:
         """Run `callback(connection)` once when the connection ends (share sessions use it)."""
         self._on_close.append(callback)
 
     async def serve(self) -> None:
-        log.info("connection opened", conn=self.id, peer=self.peer)
+        if self._secured:
+            log.info("connection opened", conn=self.id, peer=self.peer, listener=self.listener,
+                     principal=str(self.principal))
+        else:
+            log.info("connection opened", conn=self.id, peer=self.peer)
         reason = "client closed"
         frames = self._frames
         metrics = self.broker.metrics
@@ -79,6 +107,23 @@ class Connection:
                     if frame.event is not None:
                         log.warning(frame.event, conn=self.id, peer=self.peer, **frame.fields)
                     break
+                sasl = self._sasl
+                if sasl is not None:
+                    try:
+                        outcome = sasl.check(frame) if sasl.authenticated else sasl.handle(frame)
+                    except Exception:  # a bug must cost this connection only
+                        log.exception("SASL exchange failed", conn=self.id, peer=self.peer)
+                        reason = "authentication failed"
+                        break
+                    if not outcome.passthrough:
+                        frames.recycle(frame)
+                        if outcome.response:
+                            frames.write(outcome.response)
+                            await frames.drain()
+                        if outcome.close:
+                            reason = outcome.reason
+                            break
+                        continue
                 if metrics.enabled:
                     started = time.perf_counter()
                     response = await self._process(frame)

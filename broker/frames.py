@@ -84,6 +84,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def __init__(self, max_frame: int, on_open: Callable[[FrameProtocol], None],
                  memory: RequestMemory = UNBOUNDED) -> None:
         self.max_frame = max_frame
+        self.min_frame = MIN_FRAME  # 0 while SASL tokens may come as raw frames (handshake v0)
         self._on_open = on_open
         self._memory = memory
         self._held = 0  # bytes of this connection's large frames counted in `memory`
@@ -187,9 +188,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._cut_frames()
 
     def eof_received(self) -> bool:
-        # Stay half-open: frames already received are still answered before the close.
+        # Stay half-open: frames already received are still answered before the close (TLS cannot:
+        # asyncio closes it and warns about a True here).
         self._finish(self._truncation() or FrameEnd("client closed"))
-        return True
+        return self.transport is None or self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._release(self._held)  # what it held (a partial frame, queued ones) is free again
@@ -213,7 +215,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         start, end = self._start, self._end
         while end - start >= 4:
             size = int.from_bytes(buf[start:start + 4], "big", signed=True)
-            if size < MIN_FRAME or size > self.max_frame:
+            if size < self.min_frame or size > self.max_frame:
                 self._start = self._end = 0
                 self._finish(FrameEnd("invalid frame size", "invalid frame size, closing connection",
                                       {"size": size, "max_size": self.max_frame,
@@ -375,6 +377,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 await self._drain_waiter
             finally:
                 self._drain_waiter = None
+
+    def ssl_object(self) -> object | None:
+        """The TLS session's SSLObject (None on a plaintext connection)."""
+        return self.transport.get_extra_info("ssl_object") if self.transport is not None else None
 
     def peername(self) -> tuple[str, int]:
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None

@@ -9,6 +9,7 @@ import gc
 import os
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,6 +30,9 @@ from sharebroker.broker.memory import trim_heap, tune_allocator
 from sharebroker.broker.metrics import NULL_RECORDER, MetricsRecorder, Recorder
 from sharebroker.broker.open_files import raise_limit
 from sharebroker.broker.clock import Clock, LoopClock
+from sharebroker.broker.security.sasl import ListenerSecurity, listener_security
+from sharebroker.broker.security.scram import ScramCredentials
+from sharebroker.broker.security.tls import NoMatchingRule
 from sharebroker.storage.files import LogDirLock
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
@@ -52,6 +56,7 @@ class Broker:
         self.clock: Clock = clock if clock is not None else LoopClock()
         self._dir_lock = LogDirLock(self.log_dir)
         self.topics = Topics(config, self.log_dir)
+        self.scram_credentials = ScramCredentials(self.log_dir)  # SCRAM users (AlterUserScramCredentials)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])  # KIP-227
         # The owners are built from the seams they use, not from the broker: internal topics for
         # the coordinators' logs, the persister for share state, this broker as the group directory.
@@ -190,13 +195,25 @@ class Broker:
         max_frame = self.config["socket.request.max.bytes"]
         advertised = {adv.name: adv for adv in self.config.advertised_listeners}
         loop = asyncio.get_running_loop()
+        # A TLS handshake that stalls holds a connection no longer than an idle one would (at most a minute).
+        handshake_s = min(self.config["connections.max.idle.ms"], 60_000) / 1000
         for listener in self.config.listeners:
-            def protocol(name: str = listener.name) -> FrameProtocol:
-                return FrameProtocol(max_frame, lambda frames: self._accept(frames, name), self._request_memory)
+            security = listener_security(self.config, listener, self.scram_credentials)
+            secured = security if security.protocol != "PLAINTEXT" else None
 
-            def connected(sock: socket.socket, protocol: Callable[[], FrameProtocol] = protocol) -> None:
-                task = loop.create_task(loop.connect_accepted_socket(protocol, sock))
-                task.add_done_callback(functools.partial(self._connect_failed, sock=sock))
+            def protocol(name: str = listener.name, secured: ListenerSecurity | None = secured) -> FrameProtocol:
+                return FrameProtocol(max_frame, lambda frames: self._accept(frames, name, secured),
+                                     self._request_memory)
+
+            def connected(sock: socket.socket, protocol: Callable[[], FrameProtocol] = protocol,
+                          name: str = listener.name, ctx: ssl.SSLContext | None = security.ssl_context) -> None:
+                if ctx is None:
+                    setup = loop.connect_accepted_socket(protocol, sock)
+                else:  # the handshake runs on the loop, between other connections' reads
+                    setup = loop.connect_accepted_socket(protocol, sock, ssl=ctx, ssl_handshake_timeout=handshake_s)
+                task = loop.create_task(setup)
+                task.add_done_callback(functools.partial(self._connect_failed, sock=sock, listener=name,
+                                                         tls=ctx is not None, peer=_peer_of(sock)))
 
             acceptor = Acceptor(listener.name, bind(listener.host or None, listener.port), connected)
             self._acceptors.append(acceptor)
@@ -228,10 +245,17 @@ class Broker:
         """The client connections open now."""
         return list(self._open)
 
-    def _connect_failed(self, task: asyncio.Task[Any], *, sock: socket.socket) -> None:
+    def _connect_failed(self, task: asyncio.Task[Any], *, sock: socket.socket, listener: str, tls: bool,
+                        peer: str) -> None:
         if task.cancelled() or task.exception() is None:
             return
-        log.warning("accepted connection could not be set up", error=str(task.exception()))
+        exc = task.exception()
+        if tls:  # a plaintext client on a TLS port, an untrusted certificate, a stalled handshake
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            log.warning("TLS handshake failed, closing connection", listener=listener, peer=peer, reason=reason,
+                        error=str(exc) or type(exc).__name__)
+        else:
+            log.warning("accepted connection could not be set up", listener=listener, peer=peer, error=str(exc))
         sock.close()
 
     def descriptors_freed(self) -> None:
@@ -243,7 +267,7 @@ class Broker:
         """The advertised (host, port) of a listener, as this broker describes itself to a client on it."""
         return self._endpoints[listener]
 
-    def _accept(self, frames: FrameProtocol, listener: str) -> None:
+    def _accept(self, frames: FrameProtocol, listener: str, security: ListenerSecurity | None = None) -> None:
         ip = frames.peername()[0]
         refused = self._over_limit(ip)
         if refused is not None:
@@ -251,7 +275,13 @@ class Broker:
             log.warning("connection refused", peer=ip, reason=refused)
             frames.close()
             return
-        conn = Connection(self, frames, listener)
+        try:
+            conn = Connection(self, frames, listener, security)
+        except NoMatchingRule as exc:  # as Kafka: a certificate no mapping rule applies to is refused
+            log.warning("no principal for the client certificate, closing connection", listener=listener,
+                        peer=ip, error=str(exc))
+            frames.close()
+            return
         task = asyncio.get_running_loop().create_task(self._serve_connection(conn, ip))
         self._connections.add(task)
         self._open[conn] = frames
@@ -447,6 +477,14 @@ class Broker:
         expiration = self.config["producer.id.expiration.ms"]
         for p in self.topics.all_partitions():
             p.producers.expire(now, expiration)
+
+
+def _peer_of(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
 
 
 async def run(config: BrokerConfig, *, ready_file: Path | None = None) -> None:

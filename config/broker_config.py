@@ -13,6 +13,7 @@ from sharebroker.config.broker_settings import BROKER_CONFIGS
 from sharebroker.config.definitions import ConfigDef, ConfigError, ConfigSource, SettingLookup, require
 from sharebroker.config.listeners import Listener, resolve_advertised, resolve_listeners
 from sharebroker.config.properties import PropertiesError, kafka_env, load_properties
+from sharebroker.config.security_settings import is_listener_setting, validate_listener_settings
 from sharebroker.config.topic_settings import TOPIC_CONFIGS
 
 __all__ = ["BrokerConfig", "resolve_synonyms"]
@@ -125,6 +126,8 @@ class BrokerConfig:
         self._dynamic_broker: dict[str, Any] = {}
         self._origins: dict[str, str] = dict(origins or {})
         self.unknown: list[str] = list(unknown)
+        # listener.name.<listener>.<security setting> overrides, raw (see security_settings).
+        self.listener_settings: dict[str, str] = {}
         _cross_check(self.value, self.is_explicit)
 
     # -- loading ---------------------------------------------------------------------------------
@@ -140,11 +143,14 @@ class BrokerConfig:
         raw: dict[str, str] = {}
         origins: dict[str, str] = {}
         unknown: list[str] = []
+        listener_settings: dict[str, str] = {}
 
         def take(name: str, value: str, origin: str) -> None:
             if name in BROKER_CONFIGS:
                 raw[name] = value
                 origins[name] = origin
+            elif is_listener_setting(name):
+                listener_settings[name] = value
             elif name not in unknown:
                 unknown.append(name)
 
@@ -159,7 +165,7 @@ class BrokerConfig:
             for name, value in props.items():
                 take(name, value, f"file {properties_file}")
         for name, (value, variable) in kafka_env(os.environ if env is None else env).items():
-            if name in BROKER_CONFIGS:
+            if name in BROKER_CONFIGS or is_listener_setting(name):
                 take(name, value, f"environment variable {variable}")
         for name, value in (overrides or {}).items():
             take(name, value, "override")
@@ -170,7 +176,10 @@ class BrokerConfig:
             static["node.id"] = static["broker.id"]
             BROKER_CONFIGS["node.id"].parse(str(static["node.id"]))
             origins["node.id"] = origins["broker.id"]
-        return cls(static, origins=origins, unknown=unknown)
+        validate_listener_settings(listener_settings)
+        config = cls(static, origins=origins, unknown=unknown)
+        config.listener_settings = listener_settings
+        return config
 
     def copy(self) -> BrokerConfig:
         """An independent copy (e.g. to validate a change without applying it)."""
@@ -180,6 +189,7 @@ class BrokerConfig:
         clone._dynamic_broker = dict(self._dynamic_broker)
         clone._origins = dict(self._origins)
         clone.unknown = list(self.unknown)
+        clone.listener_settings = dict(self.listener_settings)
         return clone
 
     # -- reading -----------------------------------------------------------------------------------

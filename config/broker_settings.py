@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sharebroker.config.definitions import INT_MAX, LONG_MAX, AtLeast, Between, ConfigDef, ConfigError, ListOf, OneOf
 from sharebroker.config.listeners import parse_listeners, parse_protocol_map
+from sharebroker.config.security_settings import security_defs
 from sharebroker.config.topic_settings import CLEANUP_POLICIES, COMPRESSION_TYPES, GZIP_LEVEL, TIMESTAMP_TYPES
 
 __all__ = ["BROKER_CONFIGS", "BROKER_SYNONYM_GROUPS", "parse_metrics_listener"]
@@ -83,7 +84,8 @@ def _broker_defs() -> list[ConfigDef]:
         d("controller.listener.names", "string", None, "Comma-separated names of controller listeners; listeners with "
           "these names are not served by sharebroker (it has no separate controller)."),
         d("listeners", "string", "PLAINTEXT://127.0.0.1:9092", "Comma-separated listener URIs NAME://host:port. An empty "
-          "host binds all interfaces; port 0 picks a free port. sharebroker serves PLAINTEXT listeners only.",
+          "host binds all interfaces; port 0 picks a free port. Each listener's security protocol (PLAINTEXT, SSL, "
+          "SASL_PLAINTEXT, SASL_SSL) comes from listener.security.protocol.map.",
           _listeners_syntax),
         d("advertised.listeners", "string", None, "Listener URIs given to clients in metadata; defaults to listeners. "
           "An empty host or port 0 is replaced by the broker with the bound address.", _listeners_syntax),
@@ -325,7 +327,7 @@ def _broker_defs() -> list[ConfigDef]:
     ]
 
 
-BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in _broker_defs()}
+BROKER_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (*_broker_defs(), *security_defs())}
 
 # Broker names that resolve together (Kafka's brokerConfigSynonyms), most specific first.
 BROKER_SYNONYM_GROUPS: dict[str, tuple[str, ...]] = {

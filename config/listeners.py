@@ -1,5 +1,5 @@
 """Listeners: ``NAME://host:port`` endpoints, the listener -> security protocol map, which listeners this
-broker serves (PLAINTEXT only, controller listeners skipped) and which it advertises."""
+broker serves (controller listeners skipped) and which it advertises."""
 
 from __future__ import annotations
 
@@ -79,9 +79,6 @@ def resolve_listeners(get: SettingLookup) -> list[Listener]:
         if protocol is None:
             raise ConfigError.invalid("listeners", raw, f"No security protocol defined for listener {listener.name} "
                                       "in listener.security.protocol.map")
-        if protocol != "PLAINTEXT":
-            raise ConfigError.invalid("listeners", raw, f"sharebroker supports only PLAINTEXT listeners; "
-                                      f"{listener.name} uses {protocol}")
         served.append(Listener(listener.name, listener.host, listener.port, protocol))
     if not served:
         raise ConfigError.invalid("listeners", raw, "At least one non-controller listener is required")

@@ -9,11 +9,13 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-sharebroker-compose-test}"
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi
 host_port="${SHAREBROKER_HOST_PORT:-9092}"
+secure_port="${SHAREBROKER_SECURE_PORT:-9094}"
+certs_dir=$(mktemp -d)
 summary=()
 seconds_since() { local ms=$(( ($(date +%s%N) - $1) / 1000000 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
 say() { printf '%s\n' "compose-test: $*"; }
 note() { say "$*"; summary+=("$*"); }
-down() { "${compose[@]}" --profile tests down --volumes --remove-orphans >/dev/null 2>&1 || true; }
+down() { "${compose[@]}" --profile tests down --volumes --remove-orphans >/dev/null 2>&1 || true; rm -rf "$certs_dir"; }
 trap down EXIT
 
 started=$(date +%s%N)
@@ -47,6 +49,15 @@ rm -f "$log"
 
 note "$("$PYTHON" docker/smoke.py "localhost:$host_port" host)"
 note "$("${compose[@]}" run --rm --no-deps tests python docker/smoke.py broker:29092 network)"
+# The SASL_SSL listener from the host, trusting the CA the certs service made (PLAIN user alice;
+# then a SCRAM user added with `sharebroker configs`, as kafka-configs.sh adds one).
+docker cp "$container:/etc/sharebroker/certs/ca.pem" "$certs_dir/ca.pem"
+note "$("$PYTHON" docker/smoke.py "localhost:$secure_port" host-sasl-ssl --ca "$certs_dir/ca.pem" \
+      --user alice --password alice-secret)"
+"$PYTHON" -m sharebroker configs --bootstrap-server "localhost:$host_port" --alter --entity-type users \
+    --entity-name carol --add-config 'SCRAM-SHA-256=[password=carol-secret]'
+note "$("$PYTHON" docker/smoke.py "localhost:$secure_port" host-scram --ca "$certs_dir/ca.pem" \
+      --user carol --password carol-secret --mechanism SCRAM-SHA-256)"
 
 "${compose[@]}" run --rm group-config
 "${compose[@]}" run --rm producer >/dev/null

@@ -1,7 +1,7 @@
 """Which API keys and versions the broker serves; the single source for ApiVersions and routing.
 
 Ranges are Kafka 4.2's, intersected with what kio can decode. Keys are added here only when
-their handler is implemented (transactions, telemetry and SASL are not advertised)."""
+their handler is implemented (telemetry is not advertised)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     14: (0, 5),    # SyncGroup
     15: (0, 6),    # DescribeGroups
     16: (0, 5),    # ListGroups
+    17: (0, 1),    # SaslHandshake (v0: raw tokens follow; v1: SaslAuthenticate)
     18: (0, 4),    # ApiVersions
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
@@ -38,6 +39,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     32: (1, 4),    # DescribeConfigs
     33: (0, 2),    # AlterConfigs
     35: (1, 4),    # DescribeLogDirs
+    36: (0, 2),    # SaslAuthenticate (v1+: session lifetime, KIP-368)
     37: (0, 3),    # CreatePartitions
     41: (1, 3),    # DescribeDelegationToken (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED: PLAINTEXT only)
     42: (0, 2),    # DeleteGroups
@@ -47,7 +49,8 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     46: (0, 0),    # ListPartitionReassignments (none in progress)
     47: (0, 0),    # OffsetDelete
     48: (0, 1),    # DescribeClientQuotas (no quotas: empty; AlterClientQuotas 49 not served)
-    50: (0, 0),    # DescribeUserScramCredentials (no SCRAM users)
+    50: (0, 0),    # DescribeUserScramCredentials
+    51: (0, 0),    # AlterUserScramCredentials
     55: (0, 2),    # DescribeQuorum (this node the only voter of __cluster_metadata-0)
     60: (0, 2),    # DescribeCluster
     68: (0, 1),    # ConsumerGroupHeartbeat

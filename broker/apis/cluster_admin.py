@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import api
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.java_compat import string_hash
+from sharebroker.broker.security.scram import MECHANISM_TYPES
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -152,10 +153,15 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
 
 @api(50)
 async def describe_user_scram_credentials(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
-    names = [u.name for u in req.body.users or ()]  # null or empty: every user, and there are none
+    store = broker.scram_credentials.users
+    names = [u.name for u in req.body.users or ()] or list(store)  # null or empty: every user
     duplicated = {n for n, count in Counter(names).items() if count > 1}
     results = [{"user": n, "error_code": ErrorCode.duplicate_resource, "error_message": DUPLICATE_USER + n,
                 "credential_infos": ()} if n in duplicated else
+               {"user": n, "error_code": ErrorCode.none, "error_message": None,
+                "credential_infos": [{"mechanism": MECHANISM_TYPES[m], "iterations": c.iterations}
+                                     for m, c in sorted(store[n].items(), key=lambda mc: MECHANISM_TYPES[mc[0]])]}
+               if store.get(n) else
                {"user": n, "error_code": ErrorCode.resource_not_found, "error_message": NO_SUCH_USER + n,
                 "credential_infos": ()}
                for n in java_hashmap_order(names)]
@@ -168,6 +174,9 @@ async def describe_user_scram_credentials(broker: Broker, conn: Connection, req:
 
 @api(41)
 async def describe_delegation_token(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
-    # Every sharebroker listener is PLAINTEXT, where Kafka allows no delegation token request.
+    # As Kafka: no token requests on PLAINTEXT or SSL listeners; on SASL ones, tokens are disabled
+    # (there is no delegation.token.secret.key: sharebroker has no delegation tokens).
+    sasl = conn.sasl_authenticated
     return build(response_class(41, req.api_version), {
-        "error_code": ErrorCode.delegation_token_request_not_allowed, "tokens": (), "throttle_time": 0})
+        "error_code": ErrorCode.delegation_token_auth_disabled if sasl else ErrorCode.delegation_token_request_not_allowed,
+        "tokens": (), "throttle_time": 0})

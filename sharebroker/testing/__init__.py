@@ -4,5 +4,6 @@ plugin in `sharebroker.testing.plugin` (fixtures `sharebroker`, `sharebroker_fac
 installed. Importing this package does not import pytest."""
 
 from sharebroker.testing.process import BrokerProcess, running_broker, unique_name, wait_for
+from sharebroker.testing.security import BrokerSecurity
 
-__all__ = ["BrokerProcess", "running_broker", "unique_name", "wait_for"]
+__all__ = ["BrokerProcess", "BrokerSecurity", "running_broker", "unique_name", "wait_for"]

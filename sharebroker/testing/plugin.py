@@ -24,6 +24,7 @@ from sharebroker.testing.process import BrokerProcess, unique_name
 
 if TYPE_CHECKING:
     from sharebroker.cli.wire import Client
+    from sharebroker.testing.security import BrokerSecurity
 
 ENV_BOOTSTRAP = "SHAREBROKER_BOOTSTRAP"
 MARKER = "needs_own_broker"
@@ -111,18 +112,21 @@ class ExternalBroker:
 Broker = BrokerProcess | ExternalBroker
 
 
-def broker_for_tests(data_dir: Path, overrides: Mapping[str, object] | None = None, *, fsync: bool = False) -> Broker:
+def broker_for_tests(data_dir: Path, overrides: Mapping[str, object] | None = None, *, fsync: bool = False,
+                     security: BrokerSecurity | None = None) -> Broker:
     """A started broker: the external one when SHAREBROKER_BOOTSTRAP is set, else a subprocess
     with its data in `data_dir`. For fixtures of other scopes than the plugin's."""
     bootstrap = external_bootstrap()
     if bootstrap is not None:
+        if security is not None:
+            _skip_external("needs TLS/SASL listeners of its own")
         return ExternalBroker(bootstrap, overrides, fsync=fsync).start()
-    return BrokerProcess(data_dir, overrides, fsync=fsync).start()
+    return BrokerProcess(data_dir, overrides, fsync=fsync, security=security).start()
 
 
 class BrokerFactory(Protocol):
     def __call__(self, overrides: Mapping[str, object] | None = None, /, *, fsync: bool = False,
-                 name: str | None = None, **settings: object) -> Broker: ...
+                 name: str | None = None, security: BrokerSecurity | None = None, **settings: object) -> Broker: ...
 
 
 @pytest.fixture(scope="session")
@@ -141,14 +145,16 @@ def sharebroker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
     """Start brokers of this test's own: `sharebroker_factory({"log.retention.ms": 1000})` or, for
     names without underscores of their own, `sharebroker_factory(num_partitions=3)` (`_` -> `.`).
     Each has its own data directory under the test's tmp_path (`name` picks it); all are killed
-    when the test ends."""
+    when the test ends. `security=BrokerSecurity(...)` adds TLS/SASL listeners, certificates and
+    users; its confluent()/kafka_python()/aiokafka() give each client's settings."""
     started: list[Broker] = []
 
     def factory(overrides: Mapping[str, object] | None = None, /, *, fsync: bool = False,
-                name: str | None = None, **settings: object) -> Broker:
+                name: str | None = None, security: BrokerSecurity | None = None, **settings: object) -> Broker:
         merged = dict(overrides or {})
         merged.update({key.replace("_", "."): value for key, value in settings.items()})
-        broker = broker_for_tests(tmp_path / (name or ("data" if not started else f"data-{len(started)}")), merged, fsync=fsync)
+        broker = broker_for_tests(tmp_path / (name or ("data" if not started else f"data-{len(started)}")), merged,
+                                  fsync=fsync, security=security)
         started.append(broker)
         return broker
 

@@ -13,7 +13,10 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from sharebroker.testing.security import BrokerSecurity
 
 T = TypeVar("T")
 
@@ -24,10 +27,11 @@ class BrokerProcess:
     """`sharebroker serve` on 127.0.0.1 with a port the OS picks, data in `data_dir`, its log next
     to it (`<data_dir>-broker.log`). `overrides` are Kafka setting names and values, as `-o`.
     `open_files` (soft, hard) sets the process's RLIMIT_NOFILE, for tests of running out of
-    descriptors; it may be changed between restarts."""
+    descriptors; it may be changed between restarts. `security` adds TLS/SASL listeners next to
+    the PLAINTEXT one (see sharebroker.testing.security); `ports` then maps each listener to its port."""
 
     def __init__(self, data_dir: Path | str, overrides: Mapping[str, object] | None = None, *, fsync: bool = False,
-                 open_files: tuple[int, int] | None = None) -> None:
+                 open_files: tuple[int, int] | None = None, security: BrokerSecurity | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = {name: str(value) for name, value in (overrides or {}).items()}
         self.fsync = fsync
@@ -38,23 +42,38 @@ class BrokerProcess:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
         self.ready_file = self.data_dir.parent / f"{self.data_dir.name}-ready"
         self.start_seconds = 0.0
+        self.security = security
+        self.ports: dict[str, int] = {}  # listener name -> bound port
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def listener_bootstrap(self, listener: str) -> str:
+        """host:port of the listener named `listener` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."""
+        return f"{self.host}:{self.ports[listener] if listener != 'PLAINTEXT' else self.port}"
+
+    def _listeners(self) -> str:
+        names = ["PLAINTEXT", *(self.security.listeners if self.security is not None else ())]
+        ports = {"PLAINTEXT": self.port, **self.ports}
+        return ",".join(f"{name}://{self.host}:{ports.get(name, 0)}" for name in names)
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
         """Start and wait until the broker listens (it writes the ready file then). A restart keeps
         the port it had."""
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.ready_file.unlink(missing_ok=True)
+        overrides = dict(self.overrides)
+        if self.security is not None:
+            self.security.prepare(self.data_dir.parent)
+            overrides = {**self.security.overrides(), **overrides}
         args = [sys.executable, "-m", "sharebroker", "serve",
-                "--listeners", f"PLAINTEXT://{self.host}:{self.port}",
+                "--listeners", self._listeners(),
                 "--data-dir", str(self.data_dir), "--ready-file", str(self.ready_file),
                 "--log-format", "json"]
         if self.fsync:
             args.append("--fsync")
-        for name, value in self.overrides.items():
+        for name, value in overrides.items():
             args += ["--override", f"{name}={value}"]
         started = time.perf_counter()
         with open(self.log_path, "ab") as log:
@@ -68,12 +87,22 @@ class BrokerProcess:
                 if text:
                     self.port = int(text.rsplit(":", 1)[1])
                     self.start_seconds = time.perf_counter() - started
+                    if self.security is not None:
+                        self._read_ports()
+                        self.security.after_start(self)
                     return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
             time.sleep(0.005)
         self.kill()
         raise RuntimeError(f"broker did not become ready in {timeout}s:\n{self.log_text()[-4000:]}")
+
+    def _read_ports(self) -> None:
+        # The ready file names the first listener; the others' ports are in the start-up line.
+        started = self.log_events("broker started")[-1]
+        for endpoint in str(started["listeners"]).split(", "):
+            name, _, address = endpoint.partition("://")
+            self.ports[name] = int(address.rsplit(":", 1)[1])
 
     def _limit_open_files(self) -> None:
         import resource  # POSIX only, and only tests that ask for a limit need it

@@ -634,13 +634,15 @@ def test_listener_parsing() -> None:
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"})
     assert cfg.listeners == [Listener("PLAINTEXT", "127.0.0.1", 9092), Listener("INTERNAL", "0.0.0.0", 9093)]
     assert parse_listeners("A://h:1,B://h:2") == [Listener("A", "h", 1), Listener("B", "h", 2)]
+    cfg = load({"listeners": "PLAINTEXT://:9092,SSL://:9093,SASL_SSL://:9094"})
+    assert [(l.name, l.security_protocol) for l in cfg.listeners] == [
+        ("PLAINTEXT", "PLAINTEXT"), ("SSL", "SSL"), ("SASL_SSL", "SASL_SSL")]
 
 
 @pytest.mark.parametrize("overrides, fragment", [
     ({"listeners": "localhost:9092"}, "Unable to parse localhost:9092 to a broker endpoint"),
     ({"listeners": "PLAINTEXT://host"}, "Unable to parse PLAINTEXT://host to a broker endpoint"),
     ({"listeners": "PLAINTEXT://host:70000"}, "must be between 0 and 65535"),
-    ({"listeners": "SSL://:9093"}, "sharebroker supports only PLAINTEXT listeners; SSL uses SSL"),
     ({"listeners": "EXTERNAL://:9093"}, "No security protocol defined for listener EXTERNAL"),
     ({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"}, "Each listener must have a different name"),
     ({"listeners": ""}, "At least one non-controller listener is required"),
