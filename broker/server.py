@@ -30,6 +30,8 @@ from sharebroker.broker.metrics import NULL_RECORDER, MetricsRecorder, Recorder
 from sharebroker.broker.open_files import raise_limit
 from sharebroker.broker.clock import Clock, LoopClock
 from sharebroker.storage.files import LogDirLock
+from sharebroker.broker.security.acl_store import AclStore
+from sharebroker.broker.security.authorizer import Authorizer, parse_super_users
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
 from sharebroker.broker.structured_log import get_logger
@@ -75,6 +77,9 @@ class Broker:
         for owner in (self.share, self.share_groups, self.classic_groups, self.consumer_groups):
             owner.metrics = self.metrics
         self.flusher: Flusher | None = None
+        # ACLs (authorizer.class.name set): built at start, once the metadata file is read. None
+        # means every request is allowed, and a handler's check costs this one attribute test.
+        self.authorizer: Authorizer | None = None
         self.features_epoch = 0
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
@@ -128,6 +133,7 @@ class Broker:
         self._dir_lock.acquire()  # before any other file of the directory is touched
         try:
             notes = self.topics.open(now_ms())
+            self.authorizer = self._make_authorizer()
             for note in notes:
                 log.warning("log recovery", detail=note)
             self.share_persister.load()
@@ -175,6 +181,14 @@ class Broker:
             tmp = self.ready_file.with_suffix(".tmp")
             tmp.write_text(f"{self._endpoints[first][0]}:{self._bound[first][1]}\n")
             os.replace(tmp, self.ready_file)
+
+    def _make_authorizer(self) -> Authorizer | None:
+        if not self.config["authorizer.class.name"]:
+            return None
+        store = self.topics.store
+        acls = AclStore(store.sections.get("acls", []), lambda rows: store.set_section("acls", rows))
+        return Authorizer(acls, super_users=parse_super_users(self.config["super.users"]),
+                          allow_if_no_acl=self.config["allow.everyone.if.no.acl.found"])
 
     async def _listen(self) -> None:
         """Open every listener; each connection remembers the one it came in on, because Metadata,

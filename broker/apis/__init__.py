@@ -110,6 +110,21 @@ def _create_partitions_errors(req: DecodedRequest, code: ErrorCode, message: str
         {"name": t.name, "error_code": code, "error_message": message} for t in req.body.topics]}
 
 
+def _txn_offset_commit_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]} for t in req.body.topics]}
+
+
+def _create_acls_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [{"error_code": code, "error_message": message} for _ in req.body.creations]}
+
+
+def _delete_acls_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "filter_results": [
+        {"error_code": code, "error_message": message, "matching_acls": ()} for _ in req.body.filters]}
+
+
 # APIs whose errors live per partition (or per group): each answers every entry of the request
 # with the error, as Kafka's getErrorResponse does.
 _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str, Any] | None]] = {
@@ -121,6 +136,9 @@ _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str
     19: _create_topics_errors,
     20: _delete_topics_errors,
     21: _delete_records_errors,
+    28: _txn_offset_commit_errors,
+    30: _create_acls_errors,
+    31: _delete_acls_errors,
     37: _create_partitions_errors,
     42: _delete_groups_errors,
 }

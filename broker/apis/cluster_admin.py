@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_cluster
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.java_compat import string_hash
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
@@ -44,6 +45,8 @@ UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-parti
 @api(55)
 async def describe_quorum(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(55, req.api_version)
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE)) is not None:
+        return denied
     topics = req.body.topics
     if not (len(topics) == 1 and topics[0].topic_name == METADATA_TOPIC and len(topics[0].partitions) == 1
             and topics[0].partitions[0].partition_index == METADATA_PARTITION):
@@ -111,6 +114,8 @@ def _quota_filter_error(components: Iterable[Any]) -> tuple[ErrorCode, str] | No
 @api(48)
 async def describe_client_quotas(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(48, req.api_version)
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE_CONFIGS)) is not None:
+        return denied
     error = _quota_filter_error(req.body.components)
     if error is not None:
         return build(cls, {"throttle_time": 0, "error_code": error[0], "error_message": error[1], "entries": None})

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, Res, allows
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import INTERNAL_TOPICS
@@ -109,6 +110,11 @@ async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
     body = req.body
     counts = Counter(t.name for t in body.topics)
     results = []
+    az = broker.authorizer
+    # as Kafka: CREATE on the cluster creates any topic, else CREATE on each topic is needed; the
+    # configs are returned only with DESCRIBE_CONFIGS on the topic
+    creatable = (None if az is None or az.allows_cluster(conn, Op.CREATE, log_denied=False)
+                 else az.filter(conn, Op.CREATE, Res.TOPIC, counts))
     for t in body.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None,
@@ -118,6 +124,8 @@ async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Create topics request from client `{conn.client_id}` contains multiple entries "
                                  f"for the following topics: {t.name}")
+            if creatable is not None and t.name not in creatable:
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             _validate_new_topic(broker, t.name)
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
@@ -148,6 +156,8 @@ async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
                 entry["topic_id"] = topic.topic_id
             entry.update(num_partitions=partitions, replication_factor=1,
                          configs=_config_entries(broker, overrides))
+            if az is not None and not az.allows(conn, Op.DESCRIBE_CONFIGS, Res.TOPIC, t.name, log_denied=False):
+                entry.update(configs=None, topic_config_error_code=ErrorCode.topic_authorization_failed)
         except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
             log.warning("create topic refused", topic=t.name, error=exc.code.name, message=exc.message)
@@ -164,6 +174,8 @@ async def delete_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
     else:
         wanted = [(name, None) for name in body.topic_names]
     name_counts = Counter(n for n, _ in wanted if n is not None)
+    az = broker.authorizer
+    any_topic = az is None or az.allows_cluster(conn, Op.DELETE, log_denied=False)
     responses = []
     for name, topic_id in wanted:
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none, "error_message": None}
@@ -173,6 +185,12 @@ async def delete_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
             if name is not None and name_counts[name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
             topic = broker.topics.get(name) if name is not None else broker.topics.get_by_id(topic_id)
+            target = name if name is not None else getattr(topic, "name", None)
+            if not any_topic and az is not None and target is not None \
+                    and not az.allows(conn, Op.DELETE, Res.TOPIC, target):
+                if name is None:
+                    entry.update(name=None)
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if topic is None:
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist.")
@@ -199,6 +217,8 @@ async def create_partitions(broker: Broker, conn: Connection, req: DecodedReques
         try:
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
+            if not allows(broker, conn, Op.ALTER, Res.TOPIC, t.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             topic = broker.topics.get(t.name)
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist.")
