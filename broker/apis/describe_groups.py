@@ -38,7 +38,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             groups.append({"error_code": ErrorCode.group_id_not_found if v >= 6 else ErrorCode.none,
                            "error_message": message if v >= 6 else None, "group_id": group_id,
                            "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
-                           "authorized_operations": INT32_MIN})
+                           # as Kafka: filled in for every group answered without an error
+                           "authorized_operations": operations(broker, conn, include_ops and v < 6, Res.GROUP,
+                                                               group_id)})
             continue
         groups.append({
             "error_code": ErrorCode.none, "error_message": None, "group_id": group_id, "group_state": group.state,

@@ -8,14 +8,12 @@ ACL APIs need) and CREATE (what topic set-up needs), then runs without super use
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
-    AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -28,84 +26,37 @@ from kafka.admin import ResourceType as KpResourceType
 
 from sharebroker.testing.plugin import Broker, broker_for_tests
 from tests.integration import rawkafka as rk
+from tests.integration.acl_helpers import (
+    AUTHORIZER,
+    CLUSTER_AUTHZ,
+    INVALID_REQUEST,
+    ME,
+    TIMEOUT,
+    TOPIC_AUTHZ,
+    _key,
+    acl,
+    admin_acls,
+    all_topic_names,
+    create_acls,
+    delete_acls,
+    describe_all,
+    metadata_error,
+    start_acl_broker,
+    unique,
+)
 from tests.integration.clients import admin, create_topic, produce_sync, producer_conf
-
-pytestmark = pytest.mark.needs_own_broker("starts brokers with an authorizer and super users")
-
-AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
-ME = "User:ANONYMOUS"
-TIMEOUT = 15.0
-INVALID_REQUEST, TOPIC_AUTHZ, GROUP_AUTHZ, CLUSTER_AUTHZ = 42, 29, 30, 31
-
-
-def acl(rtype: ResourceType, name: str | None, op: AclOperation, perm: AclPermissionType = AclPermissionType.ALLOW,
-        pattern: ResourcePatternType = ResourcePatternType.LITERAL, principal: str = ME, host: str = "*") -> AclBinding:
-    return AclBinding(rtype, name, pattern, principal, host, op, perm)
-
-
-def create_acls(bootstrap: str, *bindings: AclBinding) -> None:
-    a = admin(bootstrap)
-    for fut in a.create_acls(list(bindings), request_timeout=10).values():
-        fut.result(timeout=TIMEOUT)
-
-
-def delete_acls(bootstrap: str, *bindings: AclBinding) -> int:
-    """Delete exactly these bindings; how many went."""
-    a = admin(bootstrap)
-    filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
-                                b.permission_type) for b in bindings]
-    return sum(len(fut.result(timeout=TIMEOUT)) for fut in a.delete_acls(filters, request_timeout=10).values())
-
-
-def describe_all(bootstrap: str) -> set[tuple]:
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
-                                  AclOperation.ANY, AclPermissionType.ANY)
-    a = admin(bootstrap)  # keep the handle alive until the future resolves
-    found = a.describe_acls(everything, request_timeout=10).result(timeout=TIMEOUT)
-    return {_key(b) for b in found}
-
-
-def _key(b: AclBinding) -> tuple:
-    return (b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation, b.permission_type)
-
-
-def admin_acls() -> list[AclBinding]:
-    return [acl(ResourceType.BROKER, "kafka-cluster", AclOperation.ALTER),
-            acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE)]
-
-
-def start_acl_broker(data: Path, **extra: object) -> Broker:
-    """A broker with ACLs on, where ANONYMOUS may manage ACLs and create topics."""
-    boot = broker_for_tests(data, {**AUTHORIZER, "super.users": ME, **extra})
-    try:
-        create_acls(boot.bootstrap, *admin_acls())
-    finally:
-        boot.stop()
-    return broker_for_tests(data, {**AUTHORIZER, **extra})
 
 
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    proc = start_acl_broker(tmp_path_factory.mktemp("acls") / "data")
+    proc = start_acl_broker(tmp_path_factory.mktemp("acls") / "data", admin_acls(create=True))
     yield proc
     proc.stop()
     assert "Traceback" not in proc.log_text(), proc.log_text()[-4000:]
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
-
-def metadata_error(bootstrap: str, topic: str, allow_auto: bool = False) -> int:
-    with rk.RawClient(bootstrap) as raw:
-        (t,) = raw.request(rk.metadata_request([topic], allow_auto=allow_auto)).topics
-        return int(t.error_code)
-
-
-def all_topic_names(bootstrap: str) -> set[str]:
-    with rk.RawClient(bootstrap) as raw:
-        return {t.name for t in raw.request(rk.metadata_request(None)).topics}
-
+pytestmark = pytest.mark.needs_own_broker("starts brokers with an authorizer and super users")
 
 # -- the ACL APIs ---------------------------------------------------------------------------------
 
