@@ -28,6 +28,7 @@ from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.memory import trim_heap, tune_allocator
 from sharebroker.broker.metrics import NULL_RECORDER, MetricsRecorder, Recorder
 from sharebroker.broker.open_files import raise_limit
+from sharebroker.broker.quotas import ClientQuotas, QuotaStore
 from sharebroker.broker.clock import Clock, LoopClock
 from sharebroker.storage.files import LogDirLock
 from sharebroker.broker.security.acl_store import AclStore
@@ -80,6 +81,12 @@ class Broker:
         # ACLs (authorizer.class.name set): built at start, once the metadata file is read. None
         # means every request is allowed, and a handler's check costs this one attribute test.
         self.authorizer: Authorizer | None = None
+        # Client quotas (AlterClientQuotas), loaded at start; inactive (one attribute test per
+        # request) while none is configured.
+        store = self.topics.store
+        self.quotas = ClientQuotas(QuotaStore(lambda rows: store.set_section("client_quotas", rows)),
+                                   samples=config["quota.window.num"], window_s=config["quota.window.size.seconds"],
+                                   clock=lambda: time.monotonic() * 1000)
         self.features_epoch = 0
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
@@ -134,6 +141,7 @@ class Broker:
         try:
             notes = self.topics.open(now_ms())
             self.authorizer = self._make_authorizer()
+            self.quotas.store.load(self.topics.store.sections.get("client_quotas", []))
             for note in notes:
                 log.warning("log recovery", detail=note)
             self.share_persister.load()

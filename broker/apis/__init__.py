@@ -125,6 +125,13 @@ def _delete_acls_errors(req: DecodedRequest, code: ErrorCode, message: str) -> d
         {"error_code": code, "error_message": message, "matching_acls": ()} for _ in req.body.filters]}
 
 
+def _alter_client_quotas_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "entries": [
+        {"error_code": code, "error_message": message,
+         "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
+        for entry in req.body.entries]}
+
+
 # APIs whose errors live per partition (or per group): each answers every entry of the request
 # with the error, as Kafka's getErrorResponse does.
 _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str, Any] | None]] = {
@@ -141,6 +148,7 @@ _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str
     31: _delete_acls_errors,
     37: _create_partitions_errors,
     42: _delete_groups_errors,
+    49: _alter_client_quotas_errors,
 }
 
 
