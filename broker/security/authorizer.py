@@ -33,6 +33,7 @@ log = get_logger("sharebroker.authorizer")
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 _A = AclOperation
+_DECISIONS_KEPT = 100_000
 _IMPLIES_DESCRIBE = frozenset((_A.DESCRIBE, _A.READ, _A.WRITE, _A.DELETE, _A.ALTER))
 _IMPLIES_DESCRIBE_CONFIGS = frozenset((_A.DESCRIBE_CONFIGS, _A.ALTER_CONFIGS))
 
@@ -81,6 +82,10 @@ class Authorizer:
         self.store = store
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
+        # Decisions by (principal, host, operation, resource type, name), dropped whenever the
+        # ACLs change: a client repeats the same checks on every request.
+        self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        store.on_change.append(self._decisions.clear)
 
     # -- the checks handlers make ---------------------------------------------------------------
 
@@ -132,23 +137,34 @@ class Authorizer:
         that have a connection; checked here too for direct use)."""
         if principal in self.super_users:
             return True
+        key = (principal, host, op, rtype, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            if len(self._decisions) >= _DECISIONS_KEPT:
+                self._decisions.clear()
+            decision = self._decisions[key] = self._decide(principal, host, op, rtype, name)
+        return decision
+
+    def _decide(self, principal: str, host: str, op: AclOperation, rtype: ResourceType, name: str) -> bool:
         index = self.store.index.get(rtype)
         if index is None:
             return self.allow_if_no_acl
         found_any = False
         allowed = False
-        for acls in index.matching(name):
+        for by_principal in index.matching(name):
             found_any = True
-            for acl in acls:
-                if acl.principal != principal and acl.principal != WILDCARD_PRINCIPAL:
+            for who in (principal, WILDCARD_PRINCIPAL):
+                acls = by_principal.get(who)
+                if acls is None:
                     continue
-                if acl.host != WILDCARD and acl.host != host:
-                    continue
-                verdict = _verdict(acl, op)
-                if verdict is False:
-                    return False
-                if verdict:
-                    allowed = True
+                for acl in acls:
+                    if acl.host != WILDCARD and acl.host != host:
+                        continue
+                    verdict = _verdict(acl, op)
+                    if verdict is False:
+                        return False
+                    if verdict:
+                        allowed = True
         if allowed:
             return True
         return not found_any and self.allow_if_no_acl
@@ -165,21 +181,19 @@ class Authorizer:
         index = self.store.index.get(rtype)
         if index is None:
             return False
-        for table in (index.literal, index.prefixed):
-            for acls in table.values():
-                for acl in acls:
-                    if acl.host not in (host, WILDCARD) or acl.principal not in (principal, WILDCARD_PRINCIPAL):
-                        continue
-                    if acl.operation is not op and acl.operation is not _A.ALL:
-                        continue
-                    if acl.permission is AclPermissionType.DENY:
-                        if acl.pattern_type is PatternType.LITERAL and acl.resource_name == WILDCARD:
-                            return False
-                        deny[acl.pattern_type].add(acl.resource_name)
-                    elif acl.pattern_type is PatternType.LITERAL and acl.resource_name == WILDCARD:
-                        return True
-                    else:
-                        allow[acl.pattern_type].add(acl.resource_name)
+        for acl in index.all():
+            if acl.host not in (host, WILDCARD) or acl.principal not in (principal, WILDCARD_PRINCIPAL):
+                continue
+            if acl.operation is not op and acl.operation is not _A.ALL:
+                continue
+            if acl.permission is AclPermissionType.DENY:
+                if acl.pattern_type is PatternType.LITERAL and acl.resource_name == WILDCARD:
+                    return False
+                deny[acl.pattern_type].add(acl.resource_name)
+            elif acl.pattern_type is PatternType.LITERAL and acl.resource_name == WILDCARD:
+                return True
+            else:
+                allow[acl.pattern_type].add(acl.resource_name)
         for ptype, names in allow.items():
             for name in names:
                 if ptype is PatternType.LITERAL and name in deny[PatternType.LITERAL]:
