@@ -223,3 +223,29 @@ def test_acl_authorizer_of_zookeeper_days_is_refused_at_start(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="AclAuthorizer was removed with ZooKeeper"):
         BrokerConfig.load(env={}, overrides={"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
                                              "log.dirs": str(tmp_path)})
+
+
+def test_idempotent_producer_needs_idempotent_write_or_write_on_some_topic(tmp_path: Path) -> None:
+    proc = start_acl_broker(tmp_path / "data", admin_acls(create=True))
+    b = proc.bootstrap
+    try:
+        def init_producer_id() -> int:
+            with rk.RawClient(b) as raw:
+                return int(raw.request(rk.init_producer_id_request()).error_code)
+
+        assert init_producer_id() == CLUSTER_AUTHZ
+        write = acl(ResourceType.TOPIC, "events-", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED)
+        create_acls(b, write)
+        assert init_producer_id() == 0  # WRITE on some topic is enough (Kafka 3+)
+        deny = acl(ResourceType.TOPIC, "ev", AclOperation.WRITE, AclPermissionType.DENY, ResourcePatternType.PREFIXED)
+        create_acls(b, deny)
+        assert init_producer_id() == CLUSTER_AUTHZ  # that ALLOW is cancelled by a DENY covering it
+        create_acls(b, acl(ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE))
+        assert init_producer_id() == 0
+        # a real idempotent producer
+        create_acls(b, acl(ResourceType.TOPIC, "idem", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED))
+        topic = unique("idem")
+        create_topic(b, topic)
+        produce_sync(Producer(producer_conf(b, **{"enable.idempotence": True})), topic, [{"value": b"once"}])
+    finally:
+        proc.stop()
