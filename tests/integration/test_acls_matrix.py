@@ -333,6 +333,33 @@ def test_share_consumer_without_topic_describe_is_refused(acl_broker) -> None:
         assert int(resp.error_code) == TOPIC_AUTHZ
 
 
+def test_share_fetch_and_acknowledge_need_topic_read(acl_broker) -> None:
+    from tests.integration.share_helpers import ACCEPT, ShareMember, partitions_of, set_earliest, topic_id
+    b = acl_broker.bootstrap
+    topic = new_topic(b, "sq")
+    fill(b, topic)
+    group = unique("sg")
+    # the group READ (and its configs), the topic DESCRIBE only: a member joins and is assigned,
+    # but ShareFetch acquires nothing from the topic
+    create_acls(b, acl(G, group, Op.READ), acl(G, group, Op.ALTER_CONFIGS), acl(T, topic, Op.DESCRIBE))
+    set_earliest(b, group)
+    tid = topic_id(b, topic)
+    with ShareMember(b, group) as member:
+        member.join([topic], {tid: [0]})
+        resp = member.fetch([(tid, 0)], max_wait_ms=0)
+        part = partitions_of(resp)[(tid, 0)]
+        assert int(part.error_code) == TOPIC_AUTHZ and not part.acquired_records
+        create_acls(b, acl(T, topic, Op.READ))
+        resp = member.fetch([(tid, 0)], max_wait_ms=2000)
+        part = partitions_of(resp)[(tid, 0)]
+        assert int(part.error_code) == 0 and part.acquired_records
+        # READ taken away again: the acknowledgement of what was acquired is refused for the topic
+        delete_acls(b, acl(T, topic, Op.READ))
+        ack = member.ack({(tid, 0): [(0, 2, [ACCEPT])]})
+        (acked,) = [p for t in ack.responses for p in t.partitions]
+        assert int(acked.error_code) == TOPIC_AUTHZ
+
+
 def test_share_admin_apis(acl_broker) -> None:
     b = acl_broker.bootstrap
     topic = new_topic(b, "sq")
