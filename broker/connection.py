@@ -5,8 +5,11 @@ closes this connection only, after one structured log line."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import errno
 import itertools
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -16,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
 from sharebroker.broker.frames import MIN_FRAME, FrameEnd, FrameProtocol
 from sharebroker.broker.metrics import Recorder, count_errors, error_name
+from sharebroker.broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas
 from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from sharebroker.broker.security.sasl import ListenerSecurity, SaslSession
 from sharebroker.broker.structured_log import get_logger
@@ -27,6 +31,7 @@ from sharebroker.protocol.codec import (
     build,
     decode_request,
     encode_response,
+    has_field,
     peek_header,
     response_class,
 )
@@ -39,7 +44,10 @@ log = get_logger("sharebroker.connection")
 _ids = itertools.count(1)
 # How long a request waits for a file descriptor to load its schema before the connection closes.
 _DESCRIPTOR_WAIT_S = 10.0
-_NO_ERROR = {"NONE": 1}  # a response without error codes (or none at all: acks=0)
+_NO_ERROR = {"NONE": 1}
+# Requests no quota applies to, as Kafka exempts them (a client must always learn the versions).
+_QUOTA_EXEMPT = frozenset((17, 18, 36))
+_THROTTLE_FIELD = struct.Struct(">i")  # a response without error codes (or none at all: acks=0)
 
 
 class Connection:
@@ -75,6 +83,7 @@ class Connection:
         self._counting = broker.metrics.enabled  # else nothing below is touched per request
         self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
         self._errors: dict[str, int] | None = None
+        self.mute_ms = 0  # a quota's throttle: how long to stop reading after the response
 
     @property
     def sasl_authenticated(self) -> bool:
@@ -140,6 +149,11 @@ class Connection:
                 elif response:
                     frames.write(response)
                     await frames.drain()
+                if self.mute_ms:
+                    # KIP-219: answered at once with the throttle time, then nothing more is
+                    # read from this client until the throttle has passed
+                    mute_s, self.mute_ms = self.mute_ms / 1000, 0
+                    await asyncio.sleep(mute_s)
         except asyncio.CancelledError:
             reason = "broker shutting down"
             raise
@@ -185,6 +199,9 @@ class Connection:
         if self.client_id is None and req.client_id is not None:
             self.client_id = req.client_id
         handler = HANDLERS[req.api_key]
+        quotas = self.broker.quotas
+        throttled = quotas.active and req.api_key not in _QUOTA_EXEMPT
+        started = time.perf_counter() if throttled else 0.0
         try:
             resp = await handler(self.broker, self, req)
         except CloseConnection:
@@ -208,6 +225,8 @@ class Connection:
                 resp = None
             if resp is None:
                 return None
+        if throttled:
+            resp = self._throttle(quotas, req, len(frame), resp, time.perf_counter() - started)
         if resp is None:
             return b""
         if isinstance(resp, list):
@@ -216,6 +235,36 @@ class Connection:
             self._errors = {}
             count_errors(resp, self._errors)
         return encode_response(req.correlation_id, resp)
+
+    def _throttle(self, quotas: ClientQuotas, req: DecodedRequest, request_bytes: int, resp: Any,
+                  elapsed_s: float) -> Any:
+        """Record the request against the client's quotas (Kafka's produce, fetch and request
+        quota managers); the response carries the longest throttle they ask for (or one a handler
+        set: controller mutations) and the connection is not read from for that long (KIP-219)."""
+        user, client_id = self.principal.name, self.client_id or ""
+        throttle = quotas.record(REQUEST, user, client_id, elapsed_s * 100)  # percent of one thread
+        if req.api_key == 0:
+            throttle = max(throttle, quotas.record(PRODUCE, user, client_id, request_bytes))
+        elif req.api_key == 1 and isinstance(resp, list):
+            size = sum(memoryview(b).nbytes for b in resp)
+            throttle = max(throttle, quotas.record(FETCH, user, client_id, size))
+        if isinstance(resp, list):
+            # Fetch, ShareFetch, Metadata (v3+): throttle_time_ms is the body's first field, after
+            # the correlation id and, in a flexible version, the header's empty tag buffer
+            flexible = {1: 12, 3: 9, 78: 0}.get(req.api_key, 1 << 16) <= req.api_version
+            if throttle > 0 and (req.api_key != 3 or req.api_version >= 3):
+                _THROTTLE_FIELD.pack_into(resp[0], 9 if flexible else 8, throttle)
+        elif resp is not None and has_field(type(resp), "throttle_time"):
+            current = int(resp.throttle_time.total_seconds() * 1000)
+            if throttle > current:
+                resp = dataclasses.replace(resp, throttle_time=datetime.timedelta(milliseconds=throttle))
+            else:
+                throttle = current
+        if throttle > 0:
+            self.mute_ms = throttle
+            log.debug("client throttled", conn=self.id, user=user, client_id=client_id, api=api_name(req.api_key),
+                      throttle_ms=throttle)
+        return resp
 
     def _record(self, metrics: Recorder, frame: bytes | memoryview, response: object, elapsed_ms: float) -> None:
         """Count one request: its API and version, time, and the error codes of its response as

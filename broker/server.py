@@ -29,11 +29,14 @@ from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.memory import trim_heap, tune_allocator
 from sharebroker.broker.metrics import NULL_RECORDER, MetricsRecorder, Recorder
 from sharebroker.broker.open_files import raise_limit
+from sharebroker.broker.quotas import ClientQuotas, QuotaStore
 from sharebroker.broker.clock import Clock, LoopClock
 from sharebroker.broker.security.sasl import ListenerSecurity, listener_security
 from sharebroker.broker.security.scram import ScramCredentials
 from sharebroker.broker.security.tls import NoMatchingRule
 from sharebroker.storage.files import LogDirLock
+from sharebroker.broker.security.acl_store import AclStore
+from sharebroker.broker.security.authorizer import Authorizer, parse_super_users
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
 from sharebroker.broker.structured_log import get_logger
@@ -80,6 +83,15 @@ class Broker:
         for owner in (self.share, self.share_groups, self.classic_groups, self.consumer_groups):
             owner.metrics = self.metrics
         self.flusher: Flusher | None = None
+        # ACLs (authorizer.class.name set): built at start, once the metadata file is read. None
+        # means every request is allowed, and a handler's check costs this one attribute test.
+        self.authorizer: Authorizer | None = None
+        # Client quotas (AlterClientQuotas), loaded at start; inactive (one attribute test per
+        # request) while none is configured.
+        store = self.topics.store
+        self.quotas = ClientQuotas(QuotaStore(lambda rows: store.set_section("client_quotas", rows)),
+                                   samples=config["quota.window.num"], window_s=config["quota.window.size.seconds"],
+                                   clock=lambda: time.monotonic() * 1000)
         self.features_epoch = 0
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
@@ -134,6 +146,8 @@ class Broker:
         self._dir_lock.acquire()  # before any other file of the directory is touched
         try:
             notes = self.topics.open(now_ms())
+            self.authorizer = self._make_authorizer()
+            self.quotas.store.load(self.topics.store.sections.get("client_quotas", []))
             for note in notes:
                 log.warning("log recovery", detail=note)
             self.share_persister.load()
@@ -188,6 +202,14 @@ class Broker:
             tmp = self.ready_file.with_suffix(".tmp")
             tmp.write_text(f"{self._endpoints[first][0]}:{self._bound[first][1]}\n")
             os.replace(tmp, self.ready_file)
+
+    def _make_authorizer(self) -> Authorizer | None:
+        if not self.config["authorizer.class.name"]:
+            return None
+        store = self.topics.store
+        acls = AclStore(store.sections.get("acls", []), lambda rows: store.set_section("acls", rows))
+        return Authorizer(acls, super_users=parse_super_users(self.config["super.users"]),
+                          allow_if_no_acl=self.config["allow.everyone.if.no.acl.found"])
 
     async def _listen(self) -> None:
         """Open every listener; each connection remembers the one it came in on, because Metadata,

@@ -91,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
 def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     """Add every tool's subcommand to the `sharebroker` parser."""
     from sharebroker.cli import (
+        acls,
         certs,
         configs,
         console,
@@ -104,6 +105,7 @@ def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     from sharebroker.pipeline.cli import add_parser as add_pipeline_parser
 
     topics.add_parser(sub)
+    acls.add_parser(sub)
     share_groups.add_parser(sub)
     consumer_groups.add_parser(sub)
     configs.add_parser(sub)

@@ -48,6 +48,9 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
     27: (1, 2),    # WriteTxnMarkers (`transactions abort`)
+    29: (1, 3),    # DescribeAcls
+    30: (1, 3),    # CreateAcls
+    31: (1, 3),    # DeleteAcls
     32: (1, 4),    # DescribeConfigs
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups

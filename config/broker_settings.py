@@ -66,6 +66,17 @@ def _share_persister(name: str, value: str | None) -> None:
         raise ConfigError.invalid(name, value, f"sharebroker keeps share-group state with {_DEFAULT_PERSISTER} only")
 
 
+_STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _authorizer_class(name: str, value: str | None) -> None:
+    # Kafka 4 has only the KRaft StandardAuthorizer; the ZooKeeper-based AclAuthorizer is gone and
+    # a 4.x broker fails to start with it (class not found): say what to use instead.
+    if value and value.strip() != _STANDARD_AUTHORIZER:
+        raise ConfigError.invalid(name, value, f"Class {value} cannot be found; sharebroker implements Kafka's "
+                                  f"{_STANDARD_AUTHORIZER} (AclAuthorizer was removed with ZooKeeper in Kafka 4.0)")
+
+
 def _broker_defs() -> list[ConfigDef]:
     d = ConfigDef
     return [
@@ -324,6 +335,16 @@ def _broker_defs() -> list[ConfigDef]:
           "are pruned from __share_group_state.", AtLeast(1)),
         d("share.coordinator.cold.partition.snapshot.interval.ms", "int", 300000, "Snapshot share partitions with no "
           "recent update this often, so older records can be pruned.", AtLeast(1)),
+        # -- authorization and quotas ----------------------------------------------------------------
+        d("authorizer.class.name", "string", "", "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+          "turns ACLs on (stored in the log directory, managed with CreateAcls/DeleteAcls). Empty (the default): "
+          "every request is allowed and the ACL APIs answer SECURITY_DISABLED.", _authorizer_class),
+        d("super.users", "string", None, "Principals allowed everything whatever the ACLs, separated by semicolons: "
+          "User:admin;User:alice."),
+        d("quota.window.num", "int", 11, "Samples kept to measure client quota rates.", AtLeast(1)),
+        d("quota.window.size.seconds", "int", 1, "Time span of each client quota sample.", AtLeast(1)),
+        d("allow.everyone.if.no.acl.found", "boolean", False, "With an authorizer, allow an operation on a resource "
+          "no ACL mentions at all (otherwise only super users may)."),
     ]
 
 

@@ -48,7 +48,8 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     45: (0, 1),    # AlterPartitionReassignments (to the one replica: done at once)
     46: (0, 0),    # ListPartitionReassignments (none in progress)
     47: (0, 0),    # OffsetDelete
-    48: (0, 1),    # DescribeClientQuotas (no quotas: empty; AlterClientQuotas 49 not served)
+    48: (0, 1),    # DescribeClientQuotas
+    49: (0, 1),    # AlterClientQuotas
     50: (0, 0),    # DescribeUserScramCredentials
     51: (0, 0),    # AlterUserScramCredentials
     55: (0, 2),    # DescribeQuorum (this node the only voter of __cluster_metadata-0)

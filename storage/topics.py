@@ -1,5 +1,6 @@
 """Durable cluster metadata: cluster id, topics (id, partition count, config overrides), the
-next producer-id block and dynamic broker configs (AlterConfigs), in one JSON file `<log dir>/sharebroker-metadata.json`. Every mutation
+next producer-id block, dynamic broker configs (AlterConfigs) and the security sections (ACLs,
+client quotas), in one JSON file `<log dir>/sharebroker-metadata.json`. Every mutation
 writes a new file atomically (temp file, fsync, rename, fsync directory) before it returns, and
 only then changes the in-memory view, so memory never runs ahead of disk.
 
@@ -22,6 +23,7 @@ from sharebroker.storage.files import write_atomic
 
 METADATA_FILE = "sharebroker-metadata.json"
 _FORMAT_VERSION = 1
+SECTIONS = ("acls", "client_quotas")
 _RESERVED = {uuid.UUID(int=0), uuid.UUID(int=1)}  # Kafka's ZERO_UUID and METADATA_TOPIC_ID
 
 
@@ -63,6 +65,8 @@ class TopicStore:
         self.next_producer_id_block = 0
         # AlterConfigs on the broker resource: {"cluster": {name: value}, "broker": {name: value}}
         self.dynamic_broker_configs: dict[str, dict[str, str]] = {}
+        # Whole-document sections other owners keep here ("acls", "client_quotas"): durable alike.
+        self.sections: dict[str, Any] = {}
         self._topics: dict[str, TopicMeta] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
 
@@ -94,6 +98,7 @@ class TopicStore:
             next_block = int(doc["next_producer_id_block"])
             dynamic = {str(scope): {str(k): str(v) for k, v in values.items()}
                        for scope, values in doc.get("dynamic_broker_configs", {}).items()}
+            sections = {name: doc[name] for name in SECTIONS if name in doc}
         except MetadataError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -101,6 +106,7 @@ class TopicStore:
         self.cluster_id = cluster_id
         self.next_producer_id_block = next_block
         self.dynamic_broker_configs = dynamic
+        self.sections = sections
         self._set(topics)
 
     def _set(self, topics: dict[str, TopicMeta]) -> None:
@@ -108,14 +114,16 @@ class TopicStore:
         self._by_id = {t.topic_id: t for t in topics.values()}
 
     def _persist(self, topics: Mapping[str, TopicMeta], next_block: int,
-                 dynamic: Mapping[str, Mapping[str, str]] | None = None) -> None:
-        doc = {
+                 dynamic: Mapping[str, Mapping[str, str]] | None = None,
+                 sections: Mapping[str, Any] | None = None) -> None:
+        doc: dict[str, Any] = {
             "version": _FORMAT_VERSION,
             "cluster_id": self.cluster_id,
             "next_producer_id_block": next_block,
             "dynamic_broker_configs": dict(self.dynamic_broker_configs if dynamic is None else dynamic),
             "topics": {name: t.to_json() for name, t in sorted(topics.items())},
         }
+        doc.update(self.sections if sections is None else sections)
         write_atomic(self.path, json.dumps(doc, indent=1).encode("utf-8"))
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None,
@@ -169,6 +177,14 @@ class TopicStore:
         dynamic = {scope: values for scope, values in dynamic.items() if values}
         self._persist(self._topics, self.next_producer_id_block, dynamic)
         self.dynamic_broker_configs = dynamic
+
+    def set_section(self, name: str, value: Any) -> None:
+        """Replace one security section (JSON-serialisable), durable before it returns."""
+        if name not in SECTIONS:
+            raise ValueError(f"unknown metadata section {name}")
+        sections = {**self.sections, name: value}
+        self._persist(self._topics, self.next_producer_id_block, sections=sections)
+        self.sections = sections
 
     def reserve_producer_ids(self, block: int = 1000) -> range:
         """A block of producer ids nobody got before, durable before it is handed out."""

@@ -110,6 +110,47 @@ def _create_partitions_errors(req: DecodedRequest, code: ErrorCode, message: str
         {"name": t.name, "error_code": code, "error_message": message} for t in req.body.topics]}
 
 
+def _txn_offset_commit_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]} for t in req.body.topics]}
+
+
+def _offset_fetch_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    body = req.body
+    if req.api_version >= 8:
+        return {"throttle_time": 0, "groups": [{"group_id": g.group_id, "error_code": code, "topics": ()}
+                                               for g in body.groups]}
+    # v1 has no top-level error: each partition asked for carries it, as Kafka's getErrorResponse
+    return {"throttle_time": 0, "error_code": code, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                                         "metadata": "", "error_code": code} for p in t.partition_indexes]}
+        for t in body.topics or ()]}
+
+
+def _elect_leaders_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "replica_election_results": [
+        {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": message}
+                                                for p in t.partitions]}
+        for t in req.body.topic_partitions or ()]}
+
+
+def _create_acls_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [{"error_code": code, "error_message": message} for _ in req.body.creations]}
+
+
+def _delete_acls_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "filter_results": [
+        {"error_code": code, "error_message": message, "matching_acls": ()} for _ in req.body.filters]}
+
+
+def _alter_client_quotas_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "entries": [
+        {"error_code": code, "error_message": message,
+         "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
+        for entry in req.body.entries]}
+
+
 # APIs whose errors live per partition (or per group): each answers every entry of the request
 # with the error, as Kafka's getErrorResponse does.
 _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str, Any] | None]] = {
@@ -118,11 +159,17 @@ _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str
     2: _list_offsets_errors,
     3: _metadata_errors,
     8: _offset_commit_errors,
+    9: _offset_fetch_errors,
     19: _create_topics_errors,
     20: _delete_topics_errors,
     21: _delete_records_errors,
+    28: _txn_offset_commit_errors,
+    30: _create_acls_errors,
+    31: _delete_acls_errors,
     37: _create_partitions_errors,
     42: _delete_groups_errors,
+    43: _elect_leaders_errors,
+    49: _alter_client_quotas_errors,
 }
 
 

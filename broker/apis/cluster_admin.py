@@ -1,10 +1,10 @@
 """Cluster-level describe calls that admin tools make besides topics and groups, answered as a
-single combined Kafka 4.2 node (broker + controller, PLAINTEXT, no authorizer) answers them:
+single combined Kafka 4.2 node (broker + controller, PLAINTEXT) answers them:
 
 - DescribeQuorum (55) v0–2: the `__cluster_metadata` partition 0 with this node as leader and only
   voter (KafkaRaftClient.handleDescribeQuorumRequest, RaftUtil.singletonDescribeQuorumResponse).
-- DescribeClientQuotas (48) v0–1: no quotas exist; the filter is still validated as
-  ClientQuotasImage.describe validates it.
+- DescribeClientQuotas (48) v0–1 and AlterClientQuotas (49) v0–1: the broker's client quotas
+  (broker/quotas.py), the filter validated as ClientQuotasImage.describe validates it.
 - DescribeUserScramCredentials (50) v0: no SCRAM users exist (ScramImage.describe).
 - DescribeDelegationToken (41) v1–3: refused on a PLAINTEXT channel (KafkaApis.allowTokenRequests).
 
@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.structured_log import get_logger
+
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_cluster
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.java_compat import string_hash
 from sharebroker.broker.security.scram import MECHANISM_TYPES
@@ -28,6 +31,8 @@ from sharebroker.protocol.codec import DecodedRequest, build, response_class
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.server import Broker
+
+log = get_logger("sharebroker.quotas")
 
 # -- DescribeQuorum (55) -------------------------------------------------------------------------
 
@@ -45,6 +50,8 @@ UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-parti
 @api(55)
 async def describe_quorum(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(55, req.api_version)
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE)) is not None:
+        return denied
     topics = req.body.topics
     if not (len(topics) == 1 and topics[0].topic_name == METADATA_TOPIC and len(topics[0].partitions) == 1
             and topics[0].partitions[0].partition_index == METADATA_PARTITION):
@@ -112,10 +119,37 @@ def _quota_filter_error(components: Iterable[Any]) -> tuple[ErrorCode, str] | No
 @api(48)
 async def describe_client_quotas(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(48, req.api_version)
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE_CONFIGS)) is not None:
+        return denied
     error = _quota_filter_error(req.body.components)
     if error is not None:
         return build(cls, {"throttle_time": 0, "error_code": error[0], "error_message": error[1], "entries": None})
-    return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": "", "entries": ()})
+    found = broker.quotas.store.describe(req.body.components, bool(req.body.strict))
+    return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": "", "entries": [
+        {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+         "values": [{"key": k, "value": v} for k, v in sorted(values.items())]} for entity, values in found]})
+
+
+@api(49)
+async def alter_client_quotas(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    """AlterClientQuotas v0–1: each entry validated as Kafka's controller does, the valid ones made
+    durable together; ALTER_CONFIGS on the cluster needed."""
+    if (denied := refuse_cluster(broker, conn, req, Op.ALTER_CONFIGS)) is not None:
+        return denied
+    body = req.body
+    entries = [([(e.entity_type, e.entity_name) for e in entry.entity],
+                [(op.key, float(op.value), bool(op.remove)) for op in entry.ops]) for entry in body.entries]
+    results = broker.quotas.store.alter(entries, bool(body.validate_only))
+    for (pairs, ops), (code, message) in zip(entries, results):
+        fields = dict(entity=str(pairs), conn=conn.id, validate_only=bool(body.validate_only))
+        if code != ErrorCode.none:
+            log.warning("client quota refused", error=code.name, message=message, **fields)
+        elif not body.validate_only:
+            log.info("client quota altered", ops=str(ops), **fields)
+    return build(response_class(49, req.api_version), {"throttle_time": 0, "entries": [
+        {"error_code": code, "error_message": message,
+         "entity": [{"entity_type": t, "entity_name": n} for t, n in pairs]}
+        for (pairs, _), (code, message) in zip(entries, results)]})
 
 
 # -- DescribeUserScramCredentials (50) -----------------------------------------------------------

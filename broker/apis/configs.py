@@ -11,6 +11,16 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import (
+    CLUSTER_DENIED,
+    GROUP_DENIED,
+    TOPIC_DENIED,
+    Op,
+    Res,
+    allows,
+    refuse_cluster,
+)
+from sharebroker.broker.security.acl_store import CLUSTER_NAME, AclOperation
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config import (
     ConfigError,
@@ -67,6 +77,21 @@ def _described(broker: Broker, resource_type: int, name: str) -> list[Any]:
     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for DescribeConfigs.")
 
 
+def _check_access(broker: Broker, conn: Connection, resource_type: int, name: str, op: AclOperation) -> None:
+    """As Kafka's ConfigHelper/ControllerApis: DESCRIBE_CONFIGS or ALTER_CONFIGS on the cluster for
+    broker-wide resources, on the topic or group for theirs, refused with that resource's error."""
+    if broker.authorizer is None:
+        return
+    if resource_type == TOPIC:
+        if not allows(broker, conn, op, Res.TOPIC, name):
+            raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_DENIED)
+    elif resource_type == GROUP:
+        if not allows(broker, conn, op, Res.GROUP, name):
+            raise KafkaError(ErrorCode.group_authorization_failed, GROUP_DENIED)
+    elif not allows(broker, conn, op, Res.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
+
+
 @api(32)
 async def describe(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
@@ -77,6 +102,7 @@ async def describe(broker: Broker, conn: Connection, req: DecodedRequest) -> Any
         entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
                                  "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": ()}
         try:
+            _check_access(broker, conn, r.resource_type, r.resource_name, Op.DESCRIBE_CONFIGS)
             described = _described(broker, r.resource_type, r.resource_name)
             keys = set(r.configuration_keys) if r.configuration_keys is not None else None
             entry["configs"] = [
@@ -159,7 +185,7 @@ def _alter(broker: Broker, resource_type: int, name: str, changes: list[tuple[st
     raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource_type} for altering configs.")
 
 
-async def _alter_request(broker: Broker, req: DecodedRequest, incremental: bool) -> Any:
+async def _alter_request(broker: Broker, conn: Connection, req: DecodedRequest, incremental: bool) -> Any:
     body = req.body
     key = 44 if incremental else 33
     dupes = Counter((r.resource_type, r.resource_name) for r in body.resources)
@@ -171,6 +197,7 @@ async def _alter_request(broker: Broker, req: DecodedRequest, incremental: bool)
             if dupes[(r.resource_type, r.resource_name)] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Error due to duplicate resource {r.resource_name} of type {r.resource_type}")
+            _check_access(broker, conn, r.resource_type, r.resource_name, Op.ALTER_CONFIGS)
             changes = [(c.name, getattr(c, "config_operation", SET), c.value) for c in r.configs]
             _alter(broker, r.resource_type, r.resource_name, changes, body.validate_only, incremental)
             if not body.validate_only:
@@ -184,12 +211,12 @@ async def _alter_request(broker: Broker, req: DecodedRequest, incremental: bool)
 
 @api(33)
 async def alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
-    return await _alter_request(broker, req, incremental=False)
+    return await _alter_request(broker, conn, req, incremental=False)
 
 
 @api(44)
 async def incremental_alter(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
-    return await _alter_request(broker, req, incremental=True)
+    return await _alter_request(broker, conn, req, incremental=True)
 
 
 @api(74)
@@ -199,6 +226,8 @@ async def list_config_resources(broker: Broker, conn: Connection, req: DecodedRe
     version does not know answers UNSUPPORTED_VERSION. Groups are those with configs; there are no
     client-metrics resources here."""
     cls = response_class(74, req.api_version)
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE_CONFIGS)) is not None:
+        return denied
     supported = (CLIENT_METRICS,) if req.api_version == 0 else (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
     wanted = set(getattr(req.body, "resource_types", ()) or supported)
     if not wanted <= set(supported):

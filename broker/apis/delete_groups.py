@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import GROUP_DENIED, Op, Res, allows
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
@@ -23,7 +24,11 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     results = []
     for group_id in req.body.groups_names:
         kind = broker.group_type(group_id)
-        if kind == "share":
+        code: ErrorCode
+        message: str | None
+        if not allows(broker, conn, Op.DELETE, Res.GROUP, group_id):
+            code, message = ErrorCode.group_authorization_failed, GROUP_DENIED
+        elif kind == "share":
             code, message = await broker.share_groups.delete_group(group_id)
         elif kind == "consumer":
             code, message = await broker.consumer_groups.delete_group(group_id)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, topics_allowed
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.storage import OffsetOutOfRange
@@ -21,6 +22,7 @@ log = get_logger("sharebroker.admin")
 @api(21)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     out = []
+    deletable = topics_allowed(broker, conn, Op.DELETE, (t.name for t in req.body.topics))
     for t in req.body.topics:
         topic = broker.topics.get(t.name)
         parts = []
@@ -28,6 +30,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
                                      "error_code": ErrorCode.none}
             parts.append(entry)
+            if deletable is not None and t.name not in deletable:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                continue
             if topic is None or not 0 <= p.partition_index < len(topic.partitions):
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 continue

@@ -7,12 +7,26 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, Res, operations
+from sharebroker.broker.security.acl_store import CLUSTER_NAME
 from sharebroker.broker.apis.metadata import CLUSTER_OPERATIONS, INT32_MIN
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.server import Broker
+
+
+def _cluster_operations(broker: Broker, conn: Connection, include: bool) -> int:
+    """As Kafka's AuthHelper: asked for, the cluster's authorized operations, 0 without DESCRIBE."""
+    az = broker.authorizer
+    if not include:
+        return INT32_MIN
+    if az is None:
+        return CLUSTER_OPERATIONS
+    if not az.allows_cluster(conn, Op.DESCRIBE):
+        return 0
+    return operations(broker, conn, True, Res.CLUSTER, CLUSTER_NAME)
 
 
 @api(60)
@@ -34,5 +48,5 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         "controller_id": broker.node_id,
         "brokers": [{"broker_id": broker.node_id, "host": host, "port": port,
                      "rack": broker.config["broker.rack"], "is_fenced": False}],
-        "cluster_authorized_operations": CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else INT32_MIN,
+        "cluster_authorized_operations": _cluster_operations(broker, conn, body.include_cluster_authorized_operations),
     })

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_cluster
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 
 @api(35)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE)) is not None:
+        return denied
     wanted: set[tuple[str, int]] | None = None
     if req.body.topics is not None:  # null: every partition
         wanted = {(t.topic, int(p)) for t in req.body.topics for p in t.partitions}

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.metrics import error_name
 from sharebroker.broker.apis import api
 from sharebroker.broker.delayed_fetch import delayed_fetch
+from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 from sharebroker.broker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -110,6 +111,8 @@ def _read_all(broker: Broker, items: Iterable[tuple[PartitionKey, CachedPartitio
     first_data = True
     out = _Read()
     answers = out.answers
+    az = broker.authorizer
+    readable: dict[str, bool] = {}
     for key, cp in items:
         entry = FetchPartition(cp.partition)
         name = cp.topic
@@ -118,9 +121,20 @@ def _read_all(broker: Broker, items: Iterable[tuple[PartitionKey, CachedPartitio
             if found is not None:
                 name = cp.topic = found.name  # Kafka resolves a session's unknown ids lazily, then keeps the name
         topic = by_name.get(name) if name is not None else None
-        if topic is None or not 0 <= cp.partition < len(topic.partitions):
+        denied = False
+        if az is not None and name is not None:
+            allowed = readable.get(name)
+            if allowed is None:
+                allowed = readable[name] = az.allows(conn, AclOperation.READ, ResourceType.TOPIC, name)
+            denied = not allowed
+        if denied or topic is None or not 0 <= cp.partition < len(topic.partitions):
             # refused before any read, as Kafka's KafkaApis does: these do not end a long poll
-            entry.error_code = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+            # (a refusal by the ACLs does, as Kafka answers at once when nothing is left to read)
+            if denied:
+                entry.error_code = ErrorCode.topic_authorization_failed
+                out.any_error = True
+            else:
+                entry.error_code = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
             answers.append((key, cp, entry, None))
             if session is not None:
                 session.unresolved.add(key)

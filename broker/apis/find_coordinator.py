@@ -10,6 +10,15 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import (
+    CLUSTER_DENIED,
+    GROUP_DENIED,
+    TRANSACTIONAL_ID_DENIED,
+    Op,
+    Res,
+    allows,
+)
+from sharebroker.broker.security.acl_store import CLUSTER_NAME
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -20,12 +29,19 @@ GROUP, TRANSACTION, SHARE = 0, 1, 2
 _SHARE_KEY = re.compile(r"^(.+):([^:]+):(-?\d+)$")
 
 
-def _resolve(broker: Broker, key: str, key_type: int, version: int) -> tuple[ErrorCode, str | None]:
+def _resolve(broker: Broker, conn: Connection, key: str, key_type: int,
+             version: int) -> tuple[ErrorCode, str | None]:
     if key_type == GROUP:
+        if not allows(broker, conn, Op.DESCRIBE, Res.GROUP, key):
+            return ErrorCode.group_authorization_failed, GROUP_DENIED
         return ErrorCode.none, None
     if key_type == TRANSACTION:
+        if not allows(broker, conn, Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+            return ErrorCode.transactional_id_authorization_failed, TRANSACTIONAL_ID_DENIED
         return ErrorCode.none, None
     if key_type == SHARE:
+        if not allows(broker, conn, Op.CLUSTER_ACTION, Res.CLUSTER, CLUSTER_NAME):
+            return ErrorCode.cluster_authorization_failed, CLUSTER_DENIED
         if version < 6:
             return ErrorCode.invalid_request, "Share coordinator keys need FindCoordinator version 6 or above."
         m = _SHARE_KEY.match(key or "")
@@ -59,13 +75,13 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     if v >= 4:
         coordinators = []
         for key in body.coordinator_keys:
-            code, message = _resolve(broker, key, key_type, v)
+            code, message = _resolve(broker, conn, key, key_type, v)
             ok = code == ErrorCode.none
             coordinators.append({"key": key, "node_id": broker.node_id if ok else -1,
                                  "host": host if ok else "", "port": port if ok else -1,
                                  "error_code": code, "error_message": message})
         return build(cls, {"throttle_time": 0, "coordinators": coordinators})
-    code, message = _resolve(broker, body.key, key_type, v)
+    code, message = _resolve(broker, conn, body.key, key_type, v)
     ok = code == ErrorCode.none
     return build(cls, {"throttle_time": 0, "error_code": code, "error_message": message,
                        "node_id": broker.node_id if ok else -1, "host": host if ok else "",

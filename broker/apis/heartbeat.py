@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_group
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 @api(12)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
+    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+        return denied
     beat = (broker.consumer_groups.classic_heartbeat if broker.group_type(body.group_id) == "consumer"
             else broker.classic_groups.heartbeat)
     code = beat(group_id=body.group_id, member_id=body.member_id,

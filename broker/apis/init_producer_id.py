@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.apis import api
+from sharebroker.broker.apis import api, error_response
+from sharebroker.broker.apis.authorization import CLUSTER_DENIED, Op, Res, refuse_transactional_id
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
@@ -27,6 +28,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     pid = getattr(body, "producer_id", -1)
     epoch = getattr(body, "producer_epoch", -1)
     if body.transactional_id is not None:
+        if (denied := refuse_transactional_id(broker, conn, req, body.transactional_id)) is not None:
+            return denied
         expected = (pid, epoch) if pid >= 0 else None
         timeout_ms = body.transaction_timeout // datetime.timedelta(milliseconds=1)
         result = await broker.transactions.init_producer_id(body.transactional_id, timeout_ms, expected)
@@ -38,6 +41,11 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                      error=error.name, conn=conn.id)
         return build(cls, {"throttle_time": 0, "error_code": error, "producer_id": result.producer_id,
                            "producer_epoch": result.producer_epoch})
+    az = broker.authorizer
+    if az is not None and not az.allows_cluster(conn, Op.IDEMPOTENT_WRITE, log_denied=False) \
+            and not az.authorize_by_resource_type(conn, Op.WRITE, Res.TOPIC):
+        # as Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+        return error_response(req, ErrorCode.cluster_authorization_failed, CLUSTER_DENIED)
     if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
         # KIP-360: an idempotent producer may bump its own epoch to reset sequences.
         new_pid, new_epoch = pid, epoch + 1

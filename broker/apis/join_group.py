@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_group
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
@@ -29,6 +30,8 @@ def ms(value: Any) -> int:
 @api(11)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
+    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+        return denied
     v = req.api_version
     session_timeout = ms(body.session_timeout)
     # v0 has no rebalance timeout: the session timeout plays both roles

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_group
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 @api(13)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
+    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+        return denied
     v = req.api_version
     if v < 3:
         identities: list[tuple[str, str | None]] = [(body.member_id, None)]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, topics_allowed
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     read_committed = getattr(body, "isolation_level", 0) == 1
     seen = Counter((t.name, p.partition_index) for t in body.topics for p in t.partitions)
     out = []
+    described = topics_allowed(broker, conn, Op.DESCRIBE, (t.name for t in body.topics))
     for lt in body.topics:
         topic = topics.get(lt.name)
         parts = []
@@ -73,6 +75,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             entry: dict[str, Any] = {"partition_index": lp.partition_index, "error_code": ErrorCode.none,
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
             parts.append(entry)
+            if described is not None and lt.name not in described:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                continue
             if seen[(lt.name, lp.partition_index)] > 1:
                 entry["error_code"] = ErrorCode.invalid_request
                 continue

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.topics_admin import auto_create
+from sharebroker.broker.security.acl_store import CLUSTER_NAME, AclOperation, ResourceType
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import Topic
 from sharebroker.protocol.errors import KafkaError, error_code_for
@@ -35,9 +36,12 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
-def topic_entry(topic: Topic, include_ops: bool) -> MetadataTopic:
-    return MetadataTopic(ErrorCode.none.value, topic.name, topic.topic_id, topic.internal, topic.partitions,
-                         TOPIC_OPERATIONS if include_ops else INT32_MIN)
+def topic_entry(topic: Topic, include_ops: bool, conn: Connection | None = None) -> MetadataTopic:
+    ops = INT32_MIN
+    if include_ops:
+        az = conn.broker.authorizer if conn is not None else None
+        ops = TOPIC_OPERATIONS if az is None or conn is None else az.operations_bits(conn, ResourceType.TOPIC, topic.name)
+    return MetadataTopic(ErrorCode.none.value, topic.name, topic.topic_id, topic.internal, topic.partitions, ops)
 
 
 def _error_topic(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> MetadataTopic:
@@ -82,12 +86,34 @@ async def _requested_topics(broker: Broker, conn: Connection, v: int, requested:
         if ids:
             raise KafkaError(ErrorCode.invalid_request, f"Topic IDs are not supported in requests for version {v}")
     topics = broker.topics
+    az = broker.authorizer
     if ids:
         found = [(topic_id, topics.get_by_id(topic_id)) for topic_id in ids]
+        described = (None if az is None else
+                     az.filter(conn, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for _, t in found if t is not None)))
+        # as Kafka: topic ids are not secret, so a refused one is answered by id
         return ([_error_topic(None, topic_id, ErrorCode.unknown_topic_id) for topic_id, topic in found if topic is None]
-                + [topic_entry(topic, include_ops) for _, topic in found if topic is not None])
+                + [topic_entry(topic, include_ops, conn) for _, topic in found
+                   if topic is not None and (described is None or topic.name in described)]
+                + [_error_topic(None, topic.topic_id, ErrorCode.topic_authorization_failed) for _, topic in found
+                   if topic is not None and described is not None and topic.name not in described])
+    names = list(dict.fromkeys(item.name for item in requested if item.name is not None))
+    refused: list[MetadataTopic] = []
+    if az is not None:
+        # Kafka hides whether a topic the principal may not describe exists; one it may describe but
+        # not create is not auto-created (CREATE on the cluster or on the topic is needed)
+        described = az.filter(conn, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        refused = [_error_topic(n, None, ErrorCode.topic_authorization_failed) for n in names if n not in described]
+        names = [n for n in names if n in described]
+        missing = [n for n in names if topics.get(n) is None]
+        if (missing and allow_auto and broker.config["auto.create.topics.enable"]
+                and not az.allows_cluster(conn, AclOperation.CREATE, log_denied=False)):
+            creatable = az.filter(conn, AclOperation.CREATE, ResourceType.TOPIC, missing)
+            refused = [_error_topic(n, None, ErrorCode.topic_authorization_failed)
+                       for n in missing if n not in creatable] + refused
+            names = [n for n in names if n in creatable or n not in missing]
     entries = []
-    for name in dict.fromkeys(item.name for item in requested if item.name is not None):
+    for name in names:
         topic = topics.get(name)
         if topic is None:
             code = await _missing_topic(broker, name, conn, allow_auto)
@@ -95,8 +121,8 @@ async def _requested_topics(broker: Broker, conn: Connection, v: int, requested:
             if topic is None:
                 entries.append(_error_topic(name, None, code))
                 continue
-        entries.append(topic_entry(topic, include_ops))
-    return entries
+        entries.append(topic_entry(topic, include_ops, conn))
+    return entries + refused
 
 
 @api(3)
@@ -108,13 +134,25 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     requested = body.topics
     all_topics = requested is None or (v == 0 and len(requested) == 0)
     allow_auto = getattr(body, "allow_auto_topic_creation", True)
+    az = broker.authorizer
     if all_topics:
-        entries = [topic_entry(known, include_ops) for known in sorted(broker.topics.by_name.values(),
-                                                                         key=lambda t: t.name)]
+        known = sorted(broker.topics.by_name.values(), key=lambda t: t.name)
+        if az is not None:  # topics the principal may not describe are left out, as Kafka does
+            described = az.filter(conn, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in known),
+                                  log_denied=False)
+            known = [t for t in known if t.name in described]
+        entries = [topic_entry(t, include_ops, conn) for t in known]
     else:
         entries = await _requested_topics(broker, conn, v, requested, allow_auto, include_ops)
     host, port = broker.endpoint(conn.listener)
-    cluster_ops = CLUSTER_OPERATIONS if getattr(body, "include_cluster_authorized_operations", False) else INT32_MIN
+    cluster_ops = INT32_MIN
+    if getattr(body, "include_cluster_authorized_operations", False):
+        if az is None:
+            cluster_ops = CLUSTER_OPERATIONS
+        elif az.allows_cluster(conn, AclOperation.DESCRIBE):
+            cluster_ops = az.operations_bits(conn, ResourceType.CLUSTER, CLUSTER_NAME)
+        else:
+            cluster_ops = 0
     return encode_metadata_response(req.correlation_id, v, brokers=[MetadataBroker(broker.node_id, host, port,
                                                                                    broker.config["broker.rack"])],
                                     cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=entries,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_group, topics_allowed
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
@@ -23,6 +24,8 @@ log = get_logger("sharebroker.groups")
 @api(8)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
+    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+        return denied
     by_id = req.api_version >= 10
     names: dict[Any, str | None] = {}
     for t in body.topics:
@@ -32,9 +35,11 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         else:
             names[t.name] = t.name
     errors: dict[tuple[str, int], ErrorCode] = {}
+    readable = topics_allowed(broker, conn, Op.READ, names.values())
     offsets = [(name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                 p.committed_metadata)
                for t in body.topics if (name := names[t.topic_id if by_id else t.name]) is not None
+               and (readable is None or name in readable)
                for p in t.partitions]
     member_epoch = body.generation_id_or_member_epoch
     if broker.group_type(body.group_id) == "consumer":
@@ -56,7 +61,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         key = t.topic_id if by_id else t.name
         name = names[key]
         partitions = [{"partition_index": p.partition_index,
-                       "error_code": ErrorCode.unknown_topic_id if name is None else errors[(name, p.partition_index)]}
+                       "error_code": ErrorCode.unknown_topic_id if name is None
+                       else ErrorCode.topic_authorization_failed if readable is not None and name not in readable
+                       else errors[(name, p.partition_index)]}
                       for p in t.partitions]
         topics.append({"topic_id": t.topic_id, "partitions": partitions} if by_id
                       else {"name": t.name, "partitions": partitions})

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_cluster
 from sharebroker.broker.apis.topics_admin import check_manual_assignment
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
@@ -35,6 +36,8 @@ def _election(broker: Broker, topic_name: str, index: int) -> tuple[ErrorCode, s
 
 @api(43)
 async def elect_leaders(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    if (denied := refuse_cluster(broker, conn, req, Op.ALTER)) is not None:
+        return denied
     body = req.body
     cls = response_class(43, req.api_version)
     election_type = int(getattr(body, "election_type", _PREFERRED))
@@ -72,6 +75,8 @@ def _reassign(broker: Broker, topic_name: str, index: int, replicas: Any) -> Non
 
 @api(45)
 async def alter_partition_reassignments(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    if (denied := refuse_cluster(broker, conn, req, Op.ALTER)) is not None:
+        return denied
     body = req.body
     responses = []
     for t in body.topics:
@@ -91,5 +96,7 @@ async def alter_partition_reassignments(broker: Broker, conn: Connection, req: D
 
 @api(46)
 async def list_partition_reassignments(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE)) is not None:
+        return denied
     return build(response_class(46, req.api_version), {
         "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": ()})

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.apis import CloseConnection, api
+from sharebroker.broker.apis import CloseConnection, api, error_response
 from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 
 from sharebroker.broker.structured_log import Repeats, get_logger
 from sharebroker.protocol.errors import KafkaError, error_code_for
@@ -138,13 +139,28 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     responses = []
     appended: list[tuple[Any, dict[str, Any]]] = []
     failed = False
+    az = broker.authorizer
+    writable: set[str] = set()
+    if az is not None:
+        if body.transactional_id is not None and not az.allows(
+                conn, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            if acks == 0:
+                raise CloseConnection()
+            return error_response(req, ErrorCode.transactional_id_authorization_failed,
+                                  "Transactional Id authorization failed.")
+        writable = az.filter(conn, AclOperation.WRITE, ResourceType.TOPIC, (
+            n for td in body.topic_data
+            if (n := (getattr(topics.get_by_id(td.topic_id), "name", None) if v >= 13 else td.name)) is not None))
     for td in body.topic_data:
         if v >= 13:
             topic = topics.get_by_id(td.topic_id)
             missing = ErrorCode.unknown_topic_id
+            name = getattr(topic, "name", None)
         else:
             topic = topics.get(td.name)
             missing = ErrorCode.unknown_topic_or_partition
+            name = td.name
+        denied = az is not None and name is not None and name not in writable
         parts = []
         for pd in td.partition_data:
             entry: dict[str, Any] = {"index": pd.index, "base_offset": -1, "log_start_offset": -1,
@@ -152,6 +168,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             try:
                 if acks not in (-1, 0, 1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"Invalid required acks value {acks}.")
+                if denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, f"Not authorized to write to topic {name}.")
                 if topic is None:
                     raise KafkaError(missing, "This server does not host this topic-partition.")
                 if not 0 <= pd.index < len(topic.partitions):

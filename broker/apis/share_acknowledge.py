@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_group, topic_refusal
 from sharebroker.broker.apis.share_common import (
     apply_acknowledgements,
     check_ids,
@@ -34,6 +35,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(79, v)
     group_id, member_id, epoch = body.group_id, body.member_id, body.share_session_epoch
     is_renew = bool(getattr(body, "is_renew_ack", False))
+    if (denied := refuse_group(broker, conn, req, Op.READ, group_id)) is not None:
+        return denied
+    refused = topic_refusal(broker, conn)
     try:
         check_ids(group_id, member_id)
         if epoch == INITIAL_EPOCH:
@@ -52,9 +56,12 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     by_topic: dict[Any, list[dict[str, Any]]] = {}
     topics: dict[str, bool] | None = {} if broker.metrics.enabled else None
     for (topic_id, index), p in acks.items():
-        code, message = await apply_acknowledgements(broker, group_id, member_id, topic_id, index,
-                                                     p.acknowledgement_batches, version=v, is_renew=is_renew,
-                                                     topics=topics)
+        if refused is not None and refused(topic_id):
+            code, message = ErrorCode.topic_authorization_failed, None
+        else:
+            code, message = await apply_acknowledgements(broker, group_id, member_id, topic_id, index,
+                                                         p.acknowledgement_batches, version=v, is_renew=is_renew,
+                                                         topics=topics)
         partition, _, _ = resolve_partition(broker, topic_id, index)
         by_topic.setdefault(topic_id, []).append({
             "partition_index": index, "error_code": code, "error_message": message,

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.metrics import error_name
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import GROUP_DENIED, Op, Res, allows, topic_refusal
 from sharebroker.broker.apis.share_common import (
     apply_acknowledgements,
     check_ids,
@@ -54,7 +56,7 @@ def _entry(broker: Broker, index: int, partition: Partition | None) -> ShareFetc
 
 
 async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSession, body: Any,
-                 entries: dict[Key, ShareFetchPartition]) -> None:
+                 entries: dict[Key, ShareFetchPartition], refused: Callable[[Any], bool] | None) -> None:
     """Acquire from the session's partitions, waiting up to MaxWaitMs for something to acquire."""
     keys = list(session.partitions)
     if not keys:
@@ -63,6 +65,10 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
     keys = keys[shift:] + keys[:shift]
     leaders: list[tuple[Key, Partition, SharePartitionLeader]] = []
     for key in keys:
+        if refused is not None and refused(key[0]):  # no READ on the topic: nothing acquired from it
+            e = entries.setdefault(key, _entry(broker, key[1], None))
+            e.error_code, e.error_message = ErrorCode.topic_authorization_failed, None
+            continue
         partition, code, message = resolve_partition(broker, *key)
         if partition is None:
             assert code is not None
@@ -156,6 +162,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
 
     requested = merge_topics(body.topics)
     is_renew = bool(getattr(body, "is_renew_ack", False))
+    if not allows(broker, conn, Op.READ, Res.GROUP, group_id):
+        return top_error(ErrorCode.group_authorization_failed, GROUP_DENIED)
+    refused = topic_refusal(broker, conn)
     try:
         check_ids(group_id, member_id)
         if is_renew:
@@ -195,6 +204,10 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     for key, p in requested.items():
         if not p.acknowledgement_batches:
             continue
+        if refused is not None and refused(key[0]):
+            e = entries.setdefault(key, _entry(broker, key[1], None))
+            e.acknowledge_error_code, e.acknowledge_error_message = ErrorCode.topic_authorization_failed, None
+            continue
         code, message = await apply_acknowledgements(broker, group_id, member_id, key[0], key[1],
                                                      p.acknowledgement_batches, version=v, is_renew=is_renew,
                                                      topics=acked)
@@ -208,7 +221,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
-        await _fetch(broker, group_id, member_id, session, body, entries)
+        await _fetch(broker, group_id, member_id, session, body, entries, refused)
         if broker.metrics.enabled:
             _count_fetch(broker, session, entries)
 

@@ -7,15 +7,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import INT32_MIN, Op, Res, allows, hide_unauthorized_topics, operations
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.server import Broker
 
-INT32_MIN = -(2**31)
-# READ 3, DELETE 6, DESCRIBE 8 on a GROUP resource
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 @api(77)
@@ -25,10 +23,12 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     for group_id in body.group_ids:
         entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id,
                                  "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1,
-                                 "assignor_name": "simple", "members": (),
-                                 "authorized_operations": GROUP_OPERATIONS if body.include_authorized_operations else INT32_MIN}
+                                 "assignor_name": "simple", "members": (), "authorized_operations": INT32_MIN}
         group = broker.share_groups.groups.get(group_id)
-        if not group_id:
+        if not allows(broker, conn, Op.DESCRIBE, Res.GROUP, group_id):
+            entry.update(error_code=ErrorCode.group_authorization_failed, group_state="", group_epoch=0,
+                         assignment_epoch=0, assignor_name="")
+        elif not group_id:
             entry.update(error_code=ErrorCode.invalid_group_id, error_message="Group id can't be empty.")
         elif group is None:
             kind = broker.group_type(group_id)
@@ -45,5 +45,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                                  {"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(ps)}
                                  for tid, ps in m.assignment.items()]},
                          } for m in group.members.values()])
+        if entry["error_code"] == ErrorCode.none:
+            entry["authorized_operations"] = operations(broker, conn, body.include_authorized_operations,
+                                                        Res.GROUP, group_id)
         groups.append(entry)
+    hide_unauthorized_topics(broker, conn, groups)
     return build(response_class(77, req.api_version), {"throttle_time": 0, "groups": groups})

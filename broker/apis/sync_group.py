@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_group
 from sharebroker.broker.groups.classic_group import SyncResult
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 @api(14)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
+    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+        return denied
     v = req.api_version
     protocol_type = getattr(body, "protocol_type", None)
     protocol_name = getattr(body, "protocol_name", None)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, Res, allows
+from sharebroker.broker.quotas import MutationQuota
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import INTERNAL_TOPICS
@@ -104,11 +106,30 @@ def _config_entries(broker: Broker, overrides: dict[str, str]) -> list[dict[str,
              "is_sensitive": d.is_sensitive} for d in describe_topic_configs(broker.config, overrides)]
 
 
+def _mutation_quota(broker: Broker, conn: Connection, *, strict: bool) -> MutationQuota | None:
+    """controller_mutation_rate for this request (None without quotas): from the version Kafka
+    made it strict, a topic is refused THROTTLING_QUOTA_EXCEEDED once the quota is used up;
+    before, the mutations are only counted and the response throttled."""
+    if not broker.quotas.active:
+        return None
+    return broker.quotas.mutation(conn.principal.name, conn.client_id or "", strict=strict)
+
+
+def _throttle_ms(mutations: MutationQuota | None) -> int:
+    return 0 if mutations is None else mutations.throttle_ms()
+
+
 @api(19)
 async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     counts = Counter(t.name for t in body.topics)
     results = []
+    az = broker.authorizer
+    # as Kafka: CREATE on the cluster creates any topic, else CREATE on each topic is needed; the
+    # configs are returned only with DESCRIBE_CONFIGS on the topic
+    creatable = (None if az is None or az.allows_cluster(conn, Op.CREATE, log_denied=False)
+                 else az.filter(conn, Op.CREATE, Res.TOPIC, counts))
+    mutations = _mutation_quota(broker, conn, strict=req.api_version >= 6)
     for t in body.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None,
@@ -118,6 +139,8 @@ async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Create topics request from client `{conn.client_id}` contains multiple entries "
                                  f"for the following topics: {t.name}")
+            if creatable is not None and t.name not in creatable:
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             _validate_new_topic(broker, t.name)
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
@@ -143,16 +166,22 @@ async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
                 overrides = validate_topic_overrides({c.name: c.value for c in t.configs})
             except ConfigError as exc:
                 raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+            if mutations is not None:
+                mutations.check()
             if not body.validate_only:
                 topic = broker.topics.create(t.name, partitions, overrides, now_ms())
                 entry["topic_id"] = topic.topic_id
+                if mutations is not None:
+                    mutations.record(partitions)
             entry.update(num_partitions=partitions, replication_factor=1,
                          configs=_config_entries(broker, overrides))
+            if az is not None and not az.allows(conn, Op.DESCRIBE_CONFIGS, Res.TOPIC, t.name, log_denied=False):
+                entry.update(configs=None, topic_config_error_code=ErrorCode.topic_authorization_failed)
         except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
             log.warning("create topic refused", topic=t.name, error=exc.code.name, message=exc.message)
         results.append(entry)
-    return build(response_class(19, req.api_version), {"throttle_time": 0, "topics": results})
+    return build(response_class(19, req.api_version), {"throttle_time": _throttle_ms(mutations), "topics": results})
 
 
 @api(20)
@@ -164,6 +193,9 @@ async def delete_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
     else:
         wanted = [(name, None) for name in body.topic_names]
     name_counts = Counter(n for n, _ in wanted if n is not None)
+    az = broker.authorizer
+    any_topic = az is None or az.allows_cluster(conn, Op.DELETE, log_denied=False)
+    mutations = _mutation_quota(broker, conn, strict=v >= 5)
     responses = []
     for name, topic_id in wanted:
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none, "error_message": None}
@@ -173,6 +205,12 @@ async def delete_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
             if name is not None and name_counts[name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
             topic = broker.topics.get(name) if name is not None else broker.topics.get_by_id(topic_id)
+            target = name if name is not None else getattr(topic, "name", None)
+            if not any_topic and az is not None and target is not None \
+                    and not az.allows(conn, Op.DELETE, Res.TOPIC, target):
+                if name is None:
+                    entry.update(name=None)
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if topic is None:
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist.")
@@ -182,11 +220,15 @@ async def delete_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
                 raise KafkaError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
             if topic.internal:
                 raise KafkaError(ErrorCode.invalid_request, f"Cannot delete internal topic {topic.name}.")
+            if mutations is not None:
+                mutations.check()
             await broker.delete_topic(topic.name)
+            if mutations is not None:
+                mutations.record(len(topic.partitions))
         except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
         responses.append(entry)
-    return build(response_class(20, v), {"throttle_time": 0, "responses": responses})
+    return build(response_class(20, v), {"throttle_time": _throttle_ms(mutations), "responses": responses})
 
 
 @api(37)
@@ -194,11 +236,14 @@ async def create_partitions(broker: Broker, conn: Connection, req: DecodedReques
     body = req.body
     counts = Counter(t.name for t in body.topics)
     results = []
+    mutations = _mutation_quota(broker, conn, strict=req.api_version >= 3)
     for t in body.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
+            if not allows(broker, conn, Op.ALTER, Res.TOPIC, t.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             topic = broker.topics.get(t.name)
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist.")
@@ -215,9 +260,13 @@ async def create_partitions(broker: Broker, conn: Connection, req: DecodedReques
                                      f"{len(t.assignments)} assignment(s) were specified.")
                 for a in t.assignments:
                     check_manual_assignment(broker, a.broker_ids)
+            if mutations is not None:
+                mutations.check()
             if not body.validate_only:
                 broker.add_partitions(t.name, t.count)
+                if mutations is not None:
+                    mutations.record(t.count - current)
         except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=exc.message)
         results.append(entry)
-    return build(response_class(37, req.api_version), {"throttle_time": 0, "results": results})
+    return build(response_class(37, req.api_version), {"throttle_time": _throttle_ms(mutations), "results": results})

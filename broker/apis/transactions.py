@@ -9,6 +9,15 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import (
+    Op,
+    Res,
+    allows,
+    refuse_cluster,
+    refuse_group,
+    refuse_transactional_id,
+    topics_allowed,
+)
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import INTERNAL_TOPICS
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
@@ -37,8 +46,15 @@ def _topic_results(errors: dict[tuple[str, int], ErrorCode]) -> list[dict[str, A
 async def _add_one(broker: Broker, txn_id: str | None, producer_id: int, epoch: int, topics: Any, version: int,
                    verify_only: bool, conn: Connection) -> dict[tuple[str, int], ErrorCode]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
+    if version < 4 and not allows(broker, conn, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id or ""):
+        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
     # A client may not add an internal topic itself (Kafka leaves them out of its authorization).
     refused = {tp: ErrorCode.topic_authorization_failed for tp in wanted if version < 4 and tp[0] in INTERNAL_TOPICS}
+    writable = (topics_allowed(broker, conn, Op.WRITE, {name for name, _ in wanted if name not in INTERNAL_TOPICS})
+                if version < 4 else None)
+    if writable is not None:
+        refused.update({tp: ErrorCode.topic_authorization_failed for tp in wanted
+                        if tp not in refused and tp[0] not in writable})
     refused.update({tp: ErrorCode.unknown_topic_or_partition for tp in wanted
                     if tp not in refused and broker.topics.partition(*tp) is None})
     if refused:
@@ -59,6 +75,8 @@ async def add_partitions_to_txn(broker: Broker, conn: Connection, req: DecodedRe
     body = req.body
     v = req.api_version
     cls = response_class(24, v)
+    if v >= 4 and (denied := refuse_cluster(broker, conn, req, Op.CLUSTER_ACTION)) is not None:
+        return denied  # the broker-to-coordinator form is for brokers only
     if v < 4:
         errors = await _add_one(broker, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                                 body.v3_and_below_producer_epoch, body.v3_and_below_topics, v, False, conn)
@@ -74,6 +92,10 @@ async def add_partitions_to_txn(broker: Broker, conn: Connection, req: DecodedRe
 @api(25)
 async def add_offsets_to_txn(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
+    if (denied := refuse_transactional_id(broker, conn, req, body.transactional_id)) is not None:
+        return denied
+    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+        return denied
     offsets = broker.group_log.partition_of(body.group_id)
     error = await broker.transactions.add_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
                                                      [(OFFSETS_TOPIC, offsets)])
@@ -85,6 +107,8 @@ async def add_offsets_to_txn(broker: Broker, conn: Connection, req: DecodedReque
 async def end_txn(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
+    if (denied := refuse_transactional_id(broker, conn, req, body.transactional_id)) is not None:
+        return denied
     error = await broker.transactions.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                               body.committed)
     if error not in (ErrorCode.none, ErrorCode.concurrent_transactions):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_group, refuse_transactional_id, topics_allowed
 from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
@@ -33,8 +34,16 @@ def _verify(broker: Broker, body: Any, version: int) -> ErrorCode | None:
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
+    if (denied := refuse_transactional_id(broker, conn, req, body.transactional_id)) is not None:
+        return denied
+    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+        return denied
+    readable = topics_allowed(broker, conn, Op.READ, (t.name for t in body.topics))
     offsets = [(t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                p.committed_metadata) for t in body.topics for p in t.partitions]
+                p.committed_metadata) for t in body.topics for p in t.partitions
+               if readable is None or t.name in readable]
+    unreadable = {(t.name, p.partition_index): ErrorCode.topic_authorization_failed for t in body.topics
+                  for p in t.partitions if readable is not None and t.name not in readable}
     member_id = getattr(body, "member_id", "") or ""
     instance_id = getattr(body, "group_instance_id", None)
     generation = getattr(body, "generation_id", -1)
@@ -58,7 +67,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             group_id=body.group_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
             member_id=member_id, group_instance_id=instance_id, generation_id=generation, offsets=offsets)
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), code in errors.items():
+    for (topic, partition), code in {**unreadable, **errors}.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
     return build(response_class(28, v), {"throttle_time": 0, "topics": [
         {"name": name, "partitions": parts} for name, parts in by_topic.items()]})

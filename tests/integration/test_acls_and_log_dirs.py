@@ -44,7 +44,8 @@ def test_describe_acls_is_security_disabled_in_every_version(broker, version: in
     with rk.RawClient(broker.bootstrap) as raw:
         resp = raw.request(cls(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
                                principal_filter=None, host_filter=None, operation=1, permission_type=1))
-    assert (int(resp.error_code), resp.error_message, resp.resources) == (SECURITY_DISABLED, "No Authorizer is configured.", ())
+    assert (int(resp.error_code), resp.error_message, resp.resources) == (
+        SECURITY_DISABLED, "No Authorizer is configured on the broker", ())
 
 
 def test_kafka_python_describe_acls_raises_security_disabled(broker) -> None:

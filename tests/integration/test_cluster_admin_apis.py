@@ -61,7 +61,7 @@ def test_api_versions_advertises_exactly_these_ranges(broker) -> None:
         resp = raw.request(rk.api_versions_request(3))
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert {key: keys.get(key) for key in (41, 48, 49, 50, 55)} == {
-        41: (1, 3), 48: (0, 1), 49: None, 50: (0, 0), 55: (0, 2)}
+        41: (1, 3), 48: (0, 1), 49: (0, 1), 50: (0, 0), 55: (0, 2)}
 
 
 # -- DescribeQuorum (55) -------------------------------------------------------------------------
