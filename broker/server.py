@@ -18,6 +18,7 @@ from sharebroker.broker.acceptor import Acceptor, bind
 from sharebroker.broker.connection import Connection
 from sharebroker.broker.fetch_sessions import FetchSessionCache
 from sharebroker.broker.flusher import Flusher, now_ms
+from sharebroker.broker.log_cleaner import LogCleaner
 from sharebroker.broker.frames import FrameProtocol, RequestMemory
 from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
 from sharebroker.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
@@ -75,6 +76,7 @@ class Broker:
         for owner in (self.share, self.share_groups, self.classic_groups, self.consumer_groups):
             owner.metrics = self.metrics
         self.flusher: Flusher | None = None
+        self.log_cleaner = LogCleaner(config, self.topics)
         self.features_epoch = 0
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
@@ -143,6 +145,7 @@ class Broker:
             raise
         self.flusher = Flusher()
         self.flusher.start()
+        self.log_cleaner.start()
         self.share_groups.start()
         self.classic_groups.start()
         self.consumer_groups.start()
@@ -303,6 +306,7 @@ class Broker:
         await self.group_log.stop()
         await self.share_persister.stop()
         self.share.close()
+        await self.log_cleaner.stop()
         if self.flusher is not None:
             await self.flusher.stop()
         self.topics.close()

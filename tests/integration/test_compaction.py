@@ -1,0 +1,160 @@
+"""Log compaction with real clients: the cleaner keeps the latest record per key at its original
+offset, removes tombstones after delete.retention.ms, shrinks the segment files, resumes from its
+checkpoint after a restart, and never brings back records of aborted transactions."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from sharebroker.testing import wait_for
+from tests.integration.clients import create_topic, producer_conf
+from tests.integration.compaction_helpers import (
+    CLEANER,
+    COMPACTED,
+    ROUND_MS,
+    compacted_view,
+    latest,
+    log_bytes,
+    produce_round,
+    read_partition,
+)
+
+pytestmark = pytest.mark.needs_own_broker  # log.cleaner.backoff.ms is broker-wide
+
+
+def _checkpoint(data_dir: Path, topic: str) -> int | None:
+    path = data_dir / "cleaner-offset-checkpoint"
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines()[2:]:
+        t, p, off = line.split()
+        if t == topic and p == "0":
+            return int(off)
+    return None
+
+
+def test_compaction_keeps_latest_value_per_key_and_drops_tombstones(make_broker, topic_name) -> None:
+    broker = make_broker(CLEANER)
+    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    keys = [f"key-{i:04d}".encode() for i in range(300)]
+    written = []
+    for r in range(5):
+        pairs: list[tuple[bytes, bytes | None]] = [(k, f"value-{r}-{k.decode()}".encode() * 4) for k in keys]
+        if r == 4:
+            pairs = [(k, None) if i % 10 == 0 else (k, v) for i, (k, v) in enumerate(pairs)]
+        written.append(produce_round(broker.bootstrap, topic_name, r, pairs))
+    state = latest(written)
+    before = read_partition(broker.bootstrap, topic_name)
+    assert len(before) == 5 * len(keys)
+    size_before = log_bytes(broker.data_dir, topic_name)
+    # One more round starts a new active segment: the five rounds become cleanable.
+    written.append(produce_round(broker.bootstrap, topic_name, 5, [(b"filler", b"0")]))
+    state = latest(written)
+
+    # Tombstones stay for delete.retention.ms after the cleaning that first keeps them.
+    wait_for(lambda: read_partition(broker.bootstrap, topic_name) == compacted_view(state, tombstones=True),
+             timeout=30, message="the log compacted to the latest record per key")
+    assert log_bytes(broker.data_dir, topic_name) < size_before / 3
+    assert _checkpoint(broker.data_dir, topic_name) == written[4][keys[-1]][0] + 1
+    assert "log cleaned" in broker.log_text()
+
+    # A later cleaning past the delete horizon removes them (each filler round makes the log dirty).
+    rounds = iter(range(6, 1000))
+
+    def tombstones_gone() -> bool:
+        r = next(rounds)
+        written.append(produce_round(broker.bootstrap, topic_name, r, [(b"filler", str(r).encode())]))
+        got = read_partition(broker.bootstrap, topic_name)
+        return all(v is not None for _o, _k, v in got)
+
+    wait_for(tombstones_gone, timeout=60, interval=0.2, message="tombstones removed after delete.retention.ms")
+    state = latest(written)
+    got = read_partition(broker.bootstrap, topic_name)
+    expected = compacted_view(state, tombstones=False)
+    assert [r for r in got if r[1] != b"filler"] == [r for r in expected if r[1] != b"filler"]
+    assert not any(k == keys[0] for _o, k, _v in got)  # deleted keys are gone for good
+    # Offsets never change: every record is read at the offset it was produced at.
+    for off, k, v in got:
+        assert state[k] == (off, v) or k == b"filler"
+
+
+def test_restart_resumes_from_the_cleaner_checkpoint(make_broker, topic_name) -> None:
+    broker = make_broker(CLEANER)
+    create_topic(broker.bootstrap, topic_name, config={**COMPACTED, "delete.retention.ms": "86400000"})
+    keys = [f"k{i}".encode() for i in range(100)]
+    written = [produce_round(broker.bootstrap, topic_name, r, [(k, f"{r}".encode()) for k in keys])
+               for r in range(3)]
+    written.append(produce_round(broker.bootstrap, topic_name, 3, [(b"tail-3", b"t")]))
+    first = written[3][b"tail-3"][0]  # everything below the active segment
+    wait_for(lambda: _checkpoint(broker.data_dir, topic_name) == first, timeout=30,
+             message="the cleaner checkpointed the whole log below the active segment")
+    assert broker.stop() == 0
+    broker.start()
+    # Nothing new is dirty: the restarted cleaner finds the log clean and leaves it.
+    assert read_partition(broker.bootstrap, topic_name) == compacted_view(latest(written), tombstones=True)
+    assert _checkpoint(broker.data_dir, topic_name) == first
+    written.append(produce_round(broker.bootstrap, topic_name, 4, [(k, b"new") for k in keys[:10]]))
+    # The active segment is never cleaned: its keys are new ones.
+    written.append(produce_round(broker.bootstrap, topic_name, 5, [(b"tail-5", b"t")]))
+    wait_for(lambda: read_partition(broker.bootstrap, topic_name) == compacted_view(latest(written), tombstones=True),
+             timeout=30, message="the records after the restart compacted too")
+
+
+def test_aborted_transactions_are_never_resurrected(make_broker, topic_name) -> None:
+    broker = make_broker(CLEANER)
+    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    p = Producer(producer_conf(broker.bootstrap, **{"transactional.id": f"tx-{topic_name}", "linger.ms": 5}))
+    p.init_transactions(10)
+
+    # Markers carry the broker's clock: data stamped ahead of it (within the hour Kafka allows)
+    # starts each transaction's segment, and its marker follows it there.
+    start = int(time.time() * 1000)
+
+    def txn(round_no: int, pairs: list[tuple[bytes, bytes]], commit: bool) -> None:
+        p.begin_transaction()
+        for k, v in pairs:
+            p.produce(topic_name, key=k, value=v, timestamp=start + round_no * ROUND_MS)
+        p.flush(10)
+        if commit:
+            p.commit_transaction(10)
+        else:
+            p.abort_transaction(10)
+
+    txn(0, [(b"a", b"a-committed"), (b"b", b"b-committed")], True)
+    txn(1, [(b"a", b"a-aborted"), (b"only-aborted", b"x")], False)
+    txn(2, [(b"b", b"b-committed-2")], True)
+    txn(3, [(b"c", b"c-aborted")], False)
+    txn(4, [(b"tail", b"t")], True)
+    uncommitted = {(k, v) for _o, k, v in read_partition(broker.bootstrap, topic_name)}
+    assert (b"a", b"a-aborted") in uncommitted  # read_uncommitted sees aborted data until cleaned
+
+    def cleaned() -> bool:
+        return {(k, v) for _o, k, v in read_partition(broker.bootstrap, topic_name)} == {
+            (b"a", b"a-committed"), (b"b", b"b-committed-2"), (b"tail", b"t")}
+
+    wait_for(cleaned, timeout=30, message="aborted records removed, committed latest values kept")
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = {k: v for _o, k, v in read_partition(broker.bootstrap, topic_name, isolation=isolation)}
+        assert got == {b"a": b"a-committed", b"b": b"b-committed-2", b"tail": b"t"}, isolation
+    # The producer goes on: its sequence and epoch survived the cleaning.
+    txn(5, [(b"a", b"a-after")], True)
+    got = {k: v for _o, k, v in read_partition(broker.bootstrap, topic_name, isolation="read_committed")}
+    assert got[b"a"] == b"a-after"
+
+
+def test_disabled_cleaner_leaves_the_log_until_enabled(make_broker, topic_name) -> None:
+    broker = make_broker({**CLEANER, "log.cleaner.enable": "false"})
+    create_topic(broker.bootstrap, topic_name, config={**COMPACTED, "cleanup.policy": "compact,delete"})
+    written = [produce_round(broker.bootstrap, topic_name, r, [(b"k", str(r).encode())]) for r in range(4)]
+    assert len(read_partition(broker.bootstrap, topic_name)) == 4
+    assert not (broker.data_dir / "cleaner-offset-checkpoint").exists()
+    assert broker.stop() == 0
+    broker.overrides.pop("log.cleaner.enable")
+    broker.start()
+    # The last round is in the active segment, which is never cleaned.
+    wait_for(lambda: read_partition(broker.bootstrap, topic_name) == [(2, b"k", b"2"), (3, b"k", b"3")],
+             timeout=30, message="compacted once the cleaner runs")
