@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sharebroker.protocol.crc import crc32c
+from sharebroker.protocol.errors import ErrorCode
 from sharebroker.protocol.record_batch import (
     ABORT_MARKER,
     BATCH_HEADER_SIZE,
@@ -171,20 +172,20 @@ def _batches(fd: int, start: int, end: int) -> Iterator[tuple[memoryview, BatchH
         want = min(_READ_CHUNK, end - pos)
         data = os.pread(fd, want, pos)
         if len(data) < BATCH_HEADER_SIZE:
-            raise InvalidRecordError(0, f"truncated batch at position {pos}")
+            raise InvalidRecordError(ErrorCode.corrupt_message, f"truncated batch at position {pos}")
         mv = memoryview(data)
         off = 0
         n = len(data)
         while off + BATCH_HEADER_SIZE <= n:
             h = read_header(data, off)
             if h.magic != 2 or h.batch_length < MIN_BATCH_LENGTH:
-                raise InvalidRecordError(0, f"not a v2 batch at position {pos + off}")
+                raise InvalidRecordError(ErrorCode.corrupt_message, f"not a v2 batch at position {pos + off}")
             size = h.batch_length + LOG_OVERHEAD
             if off + size > n:
                 if off == 0:  # one batch larger than the chunk: read it whole
                     data = os.pread(fd, size, pos)
                     if len(data) < size:
-                        raise InvalidRecordError(0, f"truncated batch at position {pos}")
+                        raise InvalidRecordError(ErrorCode.corrupt_message, f"truncated batch at position {pos}")
                     mv = memoryview(data)
                     n = size
                     continue
@@ -205,7 +206,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
         if shift > 63:
-            raise InvalidRecordError(0, "varint longer than 10 bytes")
+            raise InvalidRecordError(ErrorCode.corrupt_message, "varint longer than 10 bytes")
 
 
 def _zigzag(out: bytearray, v: int) -> None:
@@ -246,7 +247,7 @@ def _records(batch: memoryview, h: BatchHeader) -> tuple[bytes, list[Record]]:
             out.append((pos, end, attrs, ts_delta, off_delta, key, vlen < 0, key_at))
             pos = end
     except IndexError:
-        raise InvalidRecordError(0, f"records end before the record count at offset {h.base_offset}") from None
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"records end before the record count at offset {h.base_offset}") from None
     return body, out
 
 
@@ -255,7 +256,7 @@ def _control_type(batch: memoryview, h: BatchHeader) -> int | None:
     if h.record_count == 0:
         return None
     body, recs = _records(batch, h)
-    if not recs or recs[0][5] is None or len(recs[0][5]) < _CONTROL_KEY.size:  # type: ignore[arg-type]
+    if not recs or recs[0][5] is None or len(recs[0][5]) < _CONTROL_KEY.size:
         return None
     key = recs[0][5]
     assert key is not None
@@ -396,7 +397,7 @@ def _compress(codec: int, body: bytes, original: memoryview) -> bytes:
     if codec == ZSTD:
         import zstandard
         return zstandard.ZstdCompressor().compress(body)
-    raise InvalidRecordError(0, f"unknown compression type id {codec}")
+    raise InvalidRecordError(ErrorCode.corrupt_message, f"unknown compression type id {codec}")
 
 
 def rebuild_batch(original: memoryview, h: BatchHeader, body: bytes, kept: list[Record],
@@ -409,7 +410,7 @@ def rebuild_batch(original: memoryview, h: BatchHeader, body: bytes, kept: list[
     max_ts = h.max_timestamp if log_append else max(stamps)
     out = bytearray()
     rec = bytearray()
-    for (start, end, attrs, _ts_delta, off_delta, _key, _tomb, key_at), ts in zip(kept, stamps):
+    for (_start, end, attrs, _ts_delta, off_delta, _key, _tomb, key_at), ts in zip(kept, stamps):
         rec.clear()
         rec.append(attrs)
         _zigzag(rec, ts - base_ts)

@@ -149,7 +149,8 @@ def test_aborted_transactions_are_never_resurrected(make_broker, topic_name) -> 
 def test_disabled_cleaner_leaves_the_log_until_enabled(make_broker, topic_name) -> None:
     broker = make_broker({**CLEANER, "log.cleaner.enable": "false"})
     create_topic(broker.bootstrap, topic_name, config={**COMPACTED, "cleanup.policy": "compact,delete"})
-    written = [produce_round(broker.bootstrap, topic_name, r, [(b"k", str(r).encode())]) for r in range(4)]
+    for r in range(4):
+        produce_round(broker.bootstrap, topic_name, r, [(b"k", str(r).encode())])
     assert len(read_partition(broker.bootstrap, topic_name)) == 4
     assert not (broker.data_dir / "cleaner-offset-checkpoint").exists()
     assert broker.stop() == 0
