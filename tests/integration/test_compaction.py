@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from sharebroker.protocol.record_batch import parse_batches
 from sharebroker.testing import wait_for
 from tests.integration.clients import create_topic, producer_conf
 from tests.integration.compaction_helpers import (
@@ -159,3 +160,27 @@ def test_disabled_cleaner_leaves_the_log_until_enabled(make_broker, topic_name) 
     # The last round is in the active segment, which is never cleaned.
     wait_for(lambda: read_partition(broker.bootstrap, topic_name) == [(2, b"k", b"2"), (3, b"k", b"3")],
              timeout=30, message="compacted once the cleaner runs")
+
+
+def test_compressed_batches_are_rewritten_with_their_codec(make_broker, topic_name) -> None:
+    broker = make_broker(CLEANER)
+    codecs = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+    keys = [f"key-{i:03d}".encode() for i in range(60)]
+    expected = {}
+    for codec in codecs:
+        topic = f"{topic_name}-{codec}"
+        create_topic(broker.bootstrap, topic, config=COMPACTED)
+        p = Producer(producer_conf(broker.bootstrap, **{"compression.type": codec, "linger.ms": 50}))
+        # Each round updates every other key: every batch loses some records and keeps others.
+        written = [produce_round(broker.bootstrap, topic, r, [(k, f"{r}:{k.decode()}".encode() * 10)
+                                                              for i, k in enumerate(keys) if r == 0 or i % 2 == r % 2],
+                                 producer=p) for r in range(3)]
+        written.append(produce_round(broker.bootstrap, topic, 3, [(b"tail", b"t")], producer=p))
+        expected[codec] = compacted_view(latest(written), tombstones=True)
+    for codec, code in codecs.items():
+        topic = f"{topic_name}-{codec}"
+        wait_for(lambda t=topic, c=codec: read_partition(broker.bootstrap, t) == expected[c], timeout=30,
+                 message=f"the {codec} topic compacted")
+        data = (broker.data_dir / f"{topic}-0" / "00000000000000000000.log").read_bytes()
+        stored = [h for h in parse_batches(data, verify_crc=True) if h.record_count]
+        assert stored and all(h.compression == code for h in stored), codec
