@@ -626,7 +626,6 @@ def build_offset_map(task: CleanTask, offset_map: OffsetMap, stats: CleanStats, 
                             if offset_map.full_for(key):
                                 return  # full: the round ends at the last whole batch mapped
                             offset_map.put(key, offset)
-                        stats.records_read += 1
                 if h.last_offset > offset_map.latest_offset:
                     offset_map.latest_offset = h.last_offset
         finally:
