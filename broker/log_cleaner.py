@@ -237,6 +237,7 @@ class LogCleaner:
             log.error("log cleaning failed; partition marked uncleanable until restart", topic=p.topic.name,
                       partition=p.index, error=f"{type(exc).__name__}: {exc}")
             return None
+        cleaned_in = time.monotonic() - started
         swapped = 0
         for cleaned in result.cleaned:
             if plog.replace_segments(cleaned, now_ms()):
@@ -246,6 +247,7 @@ class LogCleaner:
             # The cleaned transaction indexes hold only the aborted transactions whose markers remain.
             p.producers.aborted = plog.aborted_txns()
             p.producers.truncate_aborted(plog.log_start_offset)
+        swapped_in = time.monotonic() - started
         if swapped == len(result.cleaned) and not plog.closed:
             self.checkpoints[key] = result.end_offset
             await self._write_checkpoint()
@@ -256,10 +258,12 @@ class LogCleaner:
                            "bytes_written": s.bytes_written, "seconds": seconds}
         log.info("log cleaned", topic=p.topic.name, partition=p.index, first_dirty_offset=ltc.first_dirty_offset,
                  end_offset=result.end_offset, segments=sum(len(c.replaces) for c in result.cleaned),
-                 swapped=swapped, bytes_read=s.bytes_read, bytes_written=s.bytes_written,
+                 swapped=swapped, map_bytes_read=s.map_bytes_read, bytes_read=s.bytes_read,
+                 bytes_written=s.bytes_written, worker_seconds=round(s.seconds, 3),
                  records_read=s.records_read, records_retained=s.records_retained, map_keys=s.map_keys,
                  batches_copied=s.batches_copied, batches_rewritten=s.batches_rewritten,
-                 seconds=round(seconds, 3), mb_per_s=round(s.bytes_read / 1e6 / max(s.seconds, 1e-6), 1))
+                 seconds=round(seconds, 3), result_after=round(cleaned_in, 3), swapped_after=round(swapped_in, 3),
+                 mb_per_s=round(s.bytes_read / 1e6 / max(s.seconds, 1e-6), 1))
         return result
 
     async def _write_checkpoint(self) -> None:

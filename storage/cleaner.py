@@ -144,7 +144,8 @@ class CleanedSegment:
 
 @dataclass(slots=True)
 class CleanStats:
-    bytes_read: int = 0
+    map_bytes_read: int = 0  # read to build the offset map
+    bytes_read: int = 0  # of the segments cleaned (Kafka's "MB of log processed")
     bytes_written: int = 0
     records_read: int = 0
     records_retained: int = 0
@@ -610,7 +611,7 @@ def build_offset_map(task: CleanTask, offset_map: OffsetMap, stats: CleanStats, 
             for batch, h in _batches(fd, 0, seg.size):
                 if task.stop_check is not None and task.stop_check():
                     raise CleaningAborted("stopped")
-                stats.bytes_read += h.size
+                stats.map_bytes_read += h.size
                 throttle(h.size)
                 if h.last_offset < start:
                     continue
