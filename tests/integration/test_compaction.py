@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from sharebroker.broker.groups.records import offsets_partition
 from sharebroker.protocol.record_batch import parse_batches
 from sharebroker.testing import wait_for
-from tests.integration.clients import create_topic, producer_conf
+from tests.integration.clients import consumer_conf, create_topic, producer_conf
 from tests.integration.compaction_helpers import (
     CLEANER,
     COMPACTED,
@@ -186,3 +187,32 @@ def test_compressed_batches_are_rewritten_with_their_codec(make_broker, topic_na
         stored = [h for h in parse_batches(data, verify_crc=True) if h.record_count]
         assert stored and all(h.compression == code for h in stored), codec
         assert any(h.record_count < h.last_offset_delta + 1 for h in stored), "a batch was rebuilt with gaps"
+
+
+def test_consumer_offsets_are_compacted_and_replay_after_a_restart(make_broker, topic_name) -> None:
+    # Segments roll every 200 ms (log.roll.ms is the default segment.ms of every topic, internal ones too).
+    broker = make_broker({**CLEANER, "log.roll.ms": 200, "log.cleaner.min.cleanable.ratio": "0.01"})
+    create_topic(broker.bootstrap, topic_name)
+    group = f"g-{topic_name}"
+    offsets_dir = broker.data_dir / f"__consumer_offsets-{offsets_partition(group, 50)}"
+    c = Consumer(consumer_conf(broker.bootstrap, **{"group.id": group}))
+    commits = iter(range(1, 1_000_000))
+    last = [0]
+
+    def commit_until_cleaned() -> bool:
+        last[0] = next(commits)
+        c.commit(offsets=[TopicPartition(topic_name, 0, last[0])], asynchronous=False)
+        return any(e.get("topic") == "__consumer_offsets" and e["records_retained"] < e["records_read"]
+                   for e in broker.log_events("log cleaned"))
+
+    wait_for(commit_until_cleaned, timeout=60, interval=0.01, message="__consumer_offsets compacted")
+    c.close()
+    assert broker.stop() == 0
+    broker.start()
+    c = Consumer(consumer_conf(broker.bootstrap, **{"group.id": group}))
+    try:
+        got = c.committed([TopicPartition(topic_name, 0)], timeout=15)
+    finally:
+        c.close()
+    assert got[0].offset == last[0]
+    assert len(list(offsets_dir.glob("*.log"))) >= 1
