@@ -769,10 +769,16 @@ _parent_pid = 0
 
 
 def worker_init() -> None:
-    """In a cleaner process: die with the broker (a kill -9 of the broker must not leave a cleaner
-    writing into a directory the next broker recovers)."""
+    """In a cleaner process: run at a lower priority than the broker, and die with the broker (a
+    kill -9 of the broker must not leave a cleaner writing into a directory the next broker
+    recovers)."""
     global _parent_pid
     _parent_pid = os.getppid()
+    try:
+        # Background work: on a busy machine the broker's event loop gets the CPU first.
+        os.nice(10)
+    except OSError:
+        pass
     try:
         import ctypes
         import signal

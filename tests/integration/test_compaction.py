@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from sharebroker.broker.groups.records import offsets_partition
 from sharebroker.protocol.record_batch import parse_batches
 from sharebroker.testing import wait_for
-from tests.integration.clients import consumer_conf, create_topic, producer_conf
+from tests.integration.clients import consumer_conf, create_topic, produce_sync, producer_conf
 from tests.integration.compaction_helpers import (
     CLEANER,
     COMPACTED,
@@ -216,3 +216,16 @@ def test_consumer_offsets_are_compacted_and_replay_after_a_restart(make_broker, 
         c.close()
     assert got[0].offset == last[0]
     assert len(list(offsets_dir.glob("*.log"))) >= 1
+
+
+def test_records_without_a_key_are_refused_on_a_compacted_topic(make_broker, topic_name) -> None:
+    broker = make_broker(CLEANER)
+    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    p = Producer(producer_conf(broker.bootstrap, **{"compression.type": "lz4"}))
+    errors: list[KafkaError] = []
+    p.produce(topic_name, value=b"no key", on_delivery=lambda err, _msg: errors.append(err))
+    assert p.flush(15) == 0
+    assert len(errors) == 1 and errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD, errors
+    assert "Compacted topic cannot accept message without key" in broker.log_text()
+    accepted = produce_sync(p, topic_name, [{"key": b"k", "value": b"v"}])[0]
+    assert not isinstance(accepted, KafkaError) and accepted.offset() == 0
