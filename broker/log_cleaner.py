@@ -260,6 +260,7 @@ class LogCleaner:
                  end_offset=result.end_offset, segments=sum(len(c.replaces) for c in result.cleaned),
                  swapped=swapped, map_bytes_read=s.map_bytes_read, bytes_read=s.bytes_read,
                  bytes_written=s.bytes_written, worker_seconds=round(s.seconds, 3),
+                 worker_cpu_seconds=round(s.cpu_seconds, 3),
                  records_read=s.records_read, records_retained=s.records_retained, map_keys=s.map_keys,
                  batches_copied=s.batches_copied, batches_rewritten=s.batches_rewritten,
                  seconds=round(seconds, 3), result_after=round(cleaned_in, 3), swapped_after=round(swapped_in, 3),

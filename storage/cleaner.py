@@ -154,6 +154,7 @@ class CleanStats:
     batches_copied: int = 0
     batches_rewritten: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # of the process that cleaned
 
 
 @dataclass(slots=True)
@@ -639,6 +640,7 @@ def clean(task: CleanTask) -> CleanResult:
     """One cleaning round of one log (see the module docstring); raises CleaningAborted when the
     log's files went away or the task was told to stop, leaving no .cleaned file behind."""
     started = time.monotonic()
+    cpu_started = time.process_time()
     stats = CleanStats()
     throttle = _Throttle(task.max_io_bytes_per_second)
     offset_map = OffsetMap(int(task.map_memory_bytes * task.map_load_factor))
@@ -671,6 +673,7 @@ def clean(task: CleanTask) -> CleanResult:
                                              writer.next_offset if writer.size else group[0].base_offset,
                                              writer.max_ts, writer.off_max))
     stats.seconds = time.monotonic() - started
+    stats.cpu_seconds = time.process_time() - cpu_started
     return result
 
 

@@ -212,3 +212,40 @@ def test_compaction_keeps_the_last_record_of_every_key(tmp_path_factory, writes)
     assert cleaned == sorted((o, k, v) for k, (o, v) in last.items())
     assert [r for r in got if r[0] >= active_base] == untouched
     log.close()
+
+
+def _planned(log: PartitionLog, checkpoint: int | None, now: int, lso: int | None = None):
+    from types import SimpleNamespace
+
+    from sharebroker.broker.log_cleaner import plan
+    partition = SimpleNamespace(log=log, last_stable_offset=log.log_end_offset if lso is None else lso)
+    return plan(partition, checkpoint, now)  # type: ignore[arg-type]
+
+
+def test_plan_follows_kafka_cleanable_offsets(tmp_path: Path) -> None:
+    log = _open(tmp_path / "t-0")
+    for r in range(3):
+        buf = encode_batch([(b"k", b"v" * 50)], timestamp_ms=NOW + r * 1000)
+        log.append(buf, parse_batches(buf, verify_crc=True), leader_epoch=0, now_ms=NOW)
+        log.roll(NOW)
+    buf = encode_batch([(b"k", b"active")], timestamp_ms=NOW + 5000)
+    log.append(buf, parse_batches(buf, verify_crc=True), leader_epoch=0, now_ms=NOW)
+    sizes = [s.size for s in log.segments]
+    ltc = _planned(log, None, NOW + 10_000)
+    assert (ltc.first_dirty_offset, ltc.first_uncleanable_offset) == (0, 3)  # never the active segment
+    assert ltc.cleanable_bytes == sum(sizes[:3]) and ltc.cleanable_ratio == 1.0
+    # From the checkpoint on: segment 0 is clean.
+    ltc = _planned(log, 1, NOW + 10_000)
+    assert (ltc.clean_bytes, ltc.cleanable_bytes) == (sizes[0], sum(sizes[1:3]))
+    # A checkpoint past the log end (a truncated log) starts over.
+    assert _planned(log, 99, NOW + 10_000).first_dirty_offset == 0
+    # min.compaction.lag.ms: the first segment with a record younger than the lag stops the range.
+    log.config.min_compaction_lag_ms = 9_500
+    assert _planned(log, None, NOW + 10_000).first_uncleanable_offset == 1
+    log.config.min_compaction_lag_ms = 0
+    # The last stable offset (an open transaction from offset 1) bounds it, rounded to its segment.
+    assert _planned(log, None, NOW + 10_000, lso=1).first_uncleanable_offset == 1
+    # max.compaction.lag.ms: a dirty segment whose first record is older must be cleaned now.
+    assert not _planned(log, None, NOW + 10_000).need_compaction_now
+    log.config.max_compaction_lag_ms = 5_000
+    assert _planned(log, None, NOW + 10_000).need_compaction_now
