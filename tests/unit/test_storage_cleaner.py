@@ -100,10 +100,12 @@ def test_latest_value_per_key_kept_at_its_offset_and_unchanged_batches_copied(tm
     _append(log, [(b"tail2", b"z")])
     _round(log, end, NOW + RETENTION + 1)
     assert _records(log) == [(2, b"c", b"1"), (3, b"a", b"2"), (6, b"tail", b"y"), (7, b"tail2", b"z")]
-    # The cleaned log reopens as it is (indexes written by the cleaner load as they are).
+    # The cleaned log reopens as it is, and the cleaner's indexes are those a rebuild derives.
+    indexes = [(s.index_list(), s.time_index_list()) for s in log.segments]
     log.close()
     reopened = PartitionLog.open(tmp_path / "t-0", log.config, recovery_point=0, clean_shutdown=False, now_ms=NOW)
     assert reopened.recovery_report == []
+    assert [(s.index_list(), s.time_index_list()) for s in reopened.segments] == indexes
     assert _records(reopened) == [(2, b"c", b"1"), (3, b"a", b"2"), (6, b"tail", b"y"), (7, b"tail2", b"z")]
 
 
@@ -211,7 +213,13 @@ def test_compaction_keeps_the_last_record_of_every_key(tmp_path_factory, writes)
     # Below the active segment: exactly the last record of each key whose last record is there.
     assert cleaned == sorted((o, k, v) for k, (o, v) in last.items())
     assert [r for r in got if r[0] >= active_base] == untouched
+    # The cleaner's index files are exactly what a full recovery rebuilds from the log.
+    indexes = [(s.index_list(), s.time_index_list()) for s in log.segments]
     log.close()
+    reopened = PartitionLog.open(log.path, log.config, recovery_point=0, clean_shutdown=False, now_ms=NOW)
+    assert [(s.index_list(), s.time_index_list()) for s in reopened.segments] == indexes
+    assert _records(reopened) == got
+    reopened.close()
 
 
 def _planned(log: PartitionLog, checkpoint: int | None, now: int, lso: int | None = None):
