@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.internal_topics")
 
+COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
 
 class AppendDurability(Protocol):
     """What follows an append on any partition (the broker's flush policy and segment-roll work)."""
@@ -65,9 +67,12 @@ class InternalTopics:
         topic = self._topics.get(name)
         if topic is None:
             try:
-                # Pruned by the coordinators themselves (log start offset), never by time or size.
+                # Pruned by the coordinators themselves (log start offset), never by time or size;
+                # as in Kafka, the group and transaction logs are also compacted by the log cleaner
+                # (their records are keyed state, the last per key wins), __share_group_state is not.
+                policy = "compact" if name in COMPACTED_INTERNAL_TOPICS else "delete"
                 topic = self._topics.create(name, partitions, {
-                    "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                    "cleanup.policy": policy, "retention.ms": "-1", "retention.bytes": "-1",
                     "segment.bytes": str(segment_bytes)}, now_ms())
             except KafkaError as exc:
                 # Out of descriptors or space: nothing was created; as Kafka's FindCoordinator while

@@ -19,6 +19,7 @@ from sharebroker.broker.acceptor import Acceptor, bind
 from sharebroker.broker.connection import Connection
 from sharebroker.broker.fetch_sessions import FetchSessionCache
 from sharebroker.broker.flusher import Flusher, now_ms
+from sharebroker.broker.log_cleaner import LogCleaner
 from sharebroker.broker.frames import FrameProtocol, RequestMemory
 from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
 from sharebroker.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
@@ -92,6 +93,7 @@ class Broker:
         self.quotas = ClientQuotas(QuotaStore(lambda rows: store.set_section("client_quotas", rows)),
                                    samples=config["quota.window.num"], window_s=config["quota.window.size.seconds"],
                                    clock=lambda: time.monotonic() * 1000)
+        self.log_cleaner = LogCleaner(config, self.topics)
         self.features_epoch = 0
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
@@ -170,6 +172,7 @@ class Broker:
             raise
         self.flusher = Flusher()
         self.flusher.start()
+        self.log_cleaner.start()
         self.share_groups.start()
         self.classic_groups.start()
         self.consumer_groups.start()
@@ -370,6 +373,7 @@ class Broker:
         await self.group_log.stop()
         await self.share_persister.stop()
         self.share.close()
+        await self.log_cleaner.stop()
         if self.flusher is not None:
             await self.flusher.stop()
         self.topics.close()

@@ -199,10 +199,21 @@ def _broker_defs() -> list[ConfigDef]:
         d("unclean.leader.election.enable", "boolean", False, "Allow out-of-sync replicas to become leader."),
         d("log.unclean.leader.election.enable", "boolean", False, "Not a Kafka setting (Kafka warns and ignores it), but "
           "Kafka's own tests pass it; accepted and ignored."),
-        d("log.cleaner.enable", "boolean", True, "Run the log cleaner. sharebroker has no log cleaner yet: topics with "
-          "cleanup.policy=compact are not compacted."),
-        d("log.cleaner.threads", "int", 1, "Log cleaner threads (no log cleaner yet).", AtLeast(0)),
-        d("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory of the log cleaner (no log cleaner yet)."),
+        d("log.cleaner.enable", "boolean", True, "Run the log cleaner, which compacts topics with "
+          "cleanup.policy=compact in background processes; false: nothing is compacted."),
+        d("log.cleaner.threads", "int", 1, "How many logs are cleaned at once; each has its own cleaner process (the "
+          "cleaning decodes every record, CPU work kept off the broker's event loop). 0: no cleaner.", AtLeast(0)),
+        d("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory of the cleaners' key maps, shared by "
+          "log.cleaner.threads; a round whose dirty keys do not fit stops where the map filled (the rest is cleaned "
+          "next round). A key costs about 120 bytes plus its length here (24 in Kafka).", AtLeast(1)),
+        d("log.cleaner.io.buffer.load.factor", "double", 0.9, "Fraction of the dedupe buffer a cleaning round fills.",
+          Between(0, 1)),
+        d("log.cleaner.io.buffer.size", "int", 524288, "Kafka's cleaner I/O buffers; sharebroker's cleaner reads 4 MiB "
+          "and writes 1 MiB at a time. Accepted and ignored.", AtLeast(0)),
+        d("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, "Read and write rate limit of each "
+          "cleaner (bytes/s).", dynamic=True),
+        d("log.cleaner.backoff.ms", "long", 15000, "How long a cleaner waits when no log needs cleaning.", AtLeast(0),
+          dynamic=True),
         # -- classic, consumer and streams groups, offsets -----------------------------------------
         d("group.coordinator.rebalance.protocols", "list", ("classic", "consumer", "streams"), "The enabled rebalance "
           "protocols. Without 'consumer', ConsumerGroupHeartbeat and ConsumerGroupDescribe are answered UNSUPPORTED_VERSION "

@@ -50,6 +50,7 @@ __all__ = [
     "decode_records",
     "decompress",
     "encode_batch",
+    "first_keyless_record",
     "iter_batch_headers",
     "iter_records",
     "parse_batches",
@@ -470,6 +471,30 @@ def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, 
     except IndexError:
         raise InvalidRecordError(ErrorCode.corrupt_message, "records end before the batch's record count") from None
     return out
+
+
+def first_keyless_record(batch: bytes | bytearray | memoryview) -> int | None:
+    """Index of the first record of one whole batch without a key (None if every record has one),
+    decompressing if needed: Kafka refuses keyless records on a compacted topic. Per-record work,
+    paid by compacted topics only (as in Kafka, whose validator decodes them too)."""
+    h = read_header(batch, 0)
+    body = bytes(memoryview(batch)[BATCH_HEADER_SIZE:h.size])
+    if h.compression:
+        body = decompress(h.compression, body)
+    pos = 0
+    try:
+        for i in range(h.record_count):
+            length, pos = _varint(body, pos)
+            end = pos + length
+            _ts, p = _varint(body, pos + 1)
+            _off, p = _varint(body, p)
+            key_length, _ = _varint(body, p)
+            if key_length < 0:
+                return i
+            pos = end
+    except IndexError:
+        raise InvalidRecordError(ErrorCode.corrupt_message, "records end before the batch's record count") from None
+    return None
 
 
 # -- encoding (internal topics and tests; per-record work, so never on the produce path) -------

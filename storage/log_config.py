@@ -20,6 +20,10 @@ class LogConfig:
     retention_ms: int = 604800000  # retention.ms, -1 = unlimited
     retention_bytes: int = -1  # retention.bytes, -1 = unlimited
     cleanup_policy: str = "delete"  # cleanup.policy; retention applies only with "delete"
+    delete_retention_ms: int = 86400000  # delete.retention.ms: how long the cleaner keeps tombstones
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = _LONG_MAX  # max.compaction.lag.ms
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
 
     @property
     def max_index_entries(self) -> int:
@@ -32,6 +36,10 @@ class LogConfig:
     @property
     def deletes(self) -> bool:
         return "delete" in _policy_words(self.cleanup_policy)
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in _policy_words(self.cleanup_policy)
 
     @classmethod
     def from_kafka(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
@@ -66,4 +74,6 @@ def _policy_words(policy: Any) -> list[str]:
 def _coerce(name: str, value: Any) -> Any:
     if name == "cleanup_policy":
         return ",".join(_policy_words(value))
+    if name == "min_cleanable_dirty_ratio":
+        return float(value)
     return int(value)

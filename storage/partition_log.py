@@ -30,7 +30,17 @@ from sharebroker.storage.file_cache import FileCache, default_cache, with_descri
 from sharebroker.storage.files import fsync_dir
 from sharebroker.storage.log_config import LogConfig
 from sharebroker.storage import txn_index
-from sharebroker.storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name
+from sharebroker.storage.cleaner import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SEGMENT_EXTENSIONS,
+    SWAP_SUFFIX,
+    CleanedSegment,
+    SourceSegment,
+    crash_point,
+    remove_cleaned,
+)
+from sharebroker.storage.segment import CorruptLogError, LogSegment, TornBatch, segment_name, walk_headers
 
 _INT32_MAX = 0x7FFFFFFF
 _SCRATCH_SUFFIXES = (".deleted", ".tmp", ".cleaned", ".swap")
@@ -73,6 +83,53 @@ class ReadResult:
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _stem_offset(name: str) -> int | None:
+    stem = name[:20]
+    return int(stem) if len(name) > 20 and name[20] == "." and stem.isdigit() else None
+
+
+def _finish_interrupted_swaps(path: Path, names: list[str], report: list[str]) -> list[str]:
+    """Kafka's LogLoader passes over the cleaner's files after a crash: `.deleted` files go; a
+    segment still `.cleaned` (its swap had not begun: the segments it was to replace are intact) goes
+    with any of its files already renamed `.swap`; a `.log.swap` (its swap had begun, and it and its
+    indexes are complete) replaces the segments within its offsets, which had not all been renamed
+    away yet, and its files lose the suffix. Returns the directory's names afterwards."""
+    if not any(n.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+        return names
+    unfinished = {_stem_offset(n) for n in names if n.endswith(".log" + CLEANED_SUFFIX)}
+    for name in names:
+        if (name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX))
+                or (name.endswith(SWAP_SUFFIX) and _stem_offset(name) in unfinished)):
+            (path / name).unlink()
+            report.append(f"removed leftover file {name}")
+    names = with_descriptor(lambda: os.listdir(path))
+    swaps = sorted(n for n in names if n.endswith(".log" + SWAP_SUFFIX) and _stem_offset(n) is not None)
+    for swap in swaps:
+        base = _stem_offset(swap)
+        assert base is not None
+        end = base
+        fd = os.open(path / swap, os.O_RDONLY)
+        try:
+            for _pos, _b, _size, last, _mts, _attrs in walk_headers(fd, 0, os.fstat(fd).st_size):
+                end = last + 1
+        except TornBatch:
+            pass  # fsynced before its rename: cannot be torn; keep what parses
+        finally:
+            os.close(fd)
+        end = max(end, base + 1)
+        for name in names:
+            off = _stem_offset(name)
+            if off is not None and base <= off < end and not name.endswith(SWAP_SUFFIX) \
+                    and name[20:] in (".log", ".index", ".timeindex", ".txnindex"):
+                (path / name).unlink(missing_ok=True)
+                report.append(f"deleted {name}, replaced by the cleaned segment {swap} of an interrupted swap")
+    for name in names:
+        if name.endswith(SWAP_SUFFIX):
+            os.replace(path / name, path / name[:-len(SWAP_SUFFIX)])
+            report.append(f"completed the swap of {name}")
+    return with_descriptor(lambda: os.listdir(path))
 
 
 def _corrupt(seg: LogSegment, torn: TornBatch, offset: int) -> CorruptLogError:
@@ -127,6 +184,7 @@ class PartitionLog:
         except FileNotFoundError:
             path.mkdir(parents=True, exist_ok=True)
             names = []
+        names = _finish_interrupted_swaps(path, names, report)
         bases = sorted(int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
         known = set(bases)
         for name in names:
@@ -448,19 +506,19 @@ class PartitionLog:
     def apply_retention(self, now_ms: int) -> list[str]:
         """Kafka's retention with cleanup.policy=delete: drop the oldest segments whose largest
         timestamp (file mtime when none) is more than retention.ms old, then the oldest while the
-        log stays at or above retention.bytes without them, then those wholly below the log start
-        offset. Never an empty active segment; if every segment goes, a new empty one is rolled
+        log stays at or above retention.bytes without them, then (whatever the policy) those wholly
+        below the log start offset. Never an empty active segment; if every segment goes, a new empty one is rolled
         first. Returns what was deleted, for logging."""
-        if self._closed or not self.config.deletes:
+        if self._closed:
             return []
         notes: list[str] = []
         config = self.config
-        if config.retention_ms >= 0:
-            n = self._deletable(lambda seg, nxt: now_ms - self._largest_timestamp(seg) > config.retention_ms)
+        if config.deletes and config.retention_ms >= 0:
+            n = self._deletable(lambda seg, nxt: now_ms - self.largest_timestamp(seg) > config.retention_ms)
             if n:
                 notes += self._delete_segments(n, now_ms, f"retention.ms {config.retention_ms} breached (largest "
                                                           f"timestamp older than {now_ms - config.retention_ms})")
-        if config.retention_bytes >= 0:
+        if config.deletes and config.retention_bytes >= 0:
             excess = self.size_bytes - config.retention_bytes
             if excess >= 0:
                 def over(seg: LogSegment, nxt: LogSegment | None) -> bool:
@@ -477,7 +535,8 @@ class PartitionLog:
             notes += self._delete_segments(n, now_ms, f"below the log start offset {self.log_start_offset}")
         return notes
 
-    def _largest_timestamp(self, seg: LogSegment) -> int:
+    def largest_timestamp(self, seg: LogSegment) -> int:
+        """Kafka's LogSegment.largestTimestamp: the largest record timestamp, else the file's mtime."""
         if seg.max_timestamp >= 0:
             return seg.max_timestamp
         return os.stat(seg.log_path).st_mtime_ns // 1_000_000
@@ -517,6 +576,78 @@ class PartitionLog:
             seg.unlink()
         self._dir_dirty = True
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+
+    # -- compaction -----------------------------------------------------------------------------
+
+    def cleaning_sources(self, before_offset: int) -> list[SourceSegment]:
+        """The non-active segments that start below `before_offset`, for a cleaning round."""
+        with self._lock:
+            segs = self._segments[:-1]
+        out = []
+        for seg in segs:
+            if seg.base_offset >= before_offset:
+                break
+            try:
+                mtime = os.stat(seg.log_path).st_mtime_ns
+            except FileNotFoundError:
+                mtime = time.time_ns()
+            out.append(SourceSegment(seg.base_offset, seg.size, seg.index_entries, seg.time_index_entries, mtime))
+        return out
+
+    def replace_segments(self, cleaned: CleanedSegment, now_ms: int) -> bool:
+        """Swap a cleaned segment (its `.cleaned` files, fsynced) in for the segments it was made
+        from, as Kafka's replaceSegments: its files are renamed `.swap` (indexes first, the log
+        last: a `.log.swap` means the whole segment is there), the old segments' files `.deleted`,
+        then the new files lose the suffix (the log first). A crash anywhere in between is finished
+        or undone by `open`. Returns False, removing the cleaned files, when the old segments are no
+        longer all in the log (retention or DeleteRecords removed some meanwhile, or it was closed)."""
+        directory = str(self.path)
+        with self._lock:
+            i = bisect_right(self._bases, cleaned.base_offset) - 1
+            olds = self._segments[i:i + len(cleaned.replaces)] if i >= 0 else []
+            if (self._closed or [s.base_offset for s in olds] != cleaned.replaces
+                    or i + len(olds) >= len(self._segments)):
+                remove_cleaned(directory, cleaned.base_offset)
+                return False
+            stem = os.path.join(directory, segment_name(cleaned.base_offset))
+            crash_point("cleaner-cleaned")
+            for ext in (".txnindex", ".timeindex", ".index", ".log"):
+                try:
+                    os.rename(stem + ext + CLEANED_SUFFIX, stem + ext + SWAP_SUFFIX)
+                except FileNotFoundError:
+                    if ext == ".log":
+                        raise
+            doomed: list[str] = []
+            for n, seg in enumerate(olds):
+                if n == 1 or len(olds) == 1:
+                    crash_point("cleaner-swap")
+                seg.close_fds()
+                for ext in SEGMENT_EXTENSIONS:
+                    name = os.path.join(directory, segment_name(seg.base_offset) + ext)
+                    try:
+                        os.rename(name, name + DELETED_SUFFIX)
+                        doomed.append(name + DELETED_SUFFIX)
+                    except FileNotFoundError:
+                        pass
+            for ext in (".log", ".index", ".timeindex", ".txnindex"):
+                try:
+                    os.rename(stem + ext + SWAP_SUFFIX, stem + ext)
+                except FileNotFoundError:
+                    pass
+            seg = LogSegment.open_existing(self.path, cleaned.base_offset, now_ms, self.files)
+            seg.next_offset = cleaned.next_offset
+            seg.max_timestamp = cleaned.max_timestamp
+            seg.offset_of_max_timestamp = cleaned.offset_of_max_timestamp
+            seg.has_txnindex = os.path.exists(stem + ".txnindex")
+            self._segments[i:i + len(olds)] = [seg]
+            self._bases[i:i + len(olds)] = [seg.base_offset]
+            self._dir_dirty = True
+            for name in doomed:
+                try:
+                    os.unlink(name)
+                except FileNotFoundError:
+                    pass
+            return True
 
     # -- the transaction index ------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 from sharebroker.broker.structured_log import Repeats, get_logger
 from sharebroker.protocol.errors import KafkaError, error_code_for
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
-from sharebroker.protocol.record_batch import parse_produce_records
+from sharebroker.protocol.record_batch import first_keyless_record, parse_produce_records
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
@@ -38,6 +38,11 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
     if batch.size > cfg.segment_bytes:
         raise KafkaError(ErrorCode.record_list_too_large,
                          f"The record batch of {batch.size} bytes exceeds segment.bytes ({cfg.segment_bytes}).")
+    if cfg.compact and not batch.is_control:
+        keyless = first_keyless_record(records or b"")
+        if keyless is not None:
+            raise KafkaError(ErrorCode.invalid_record, f"Compacted topic cannot accept message without key in topic "
+                                                       f"partition {topic.name}-{partition.index}.")
     log_append_time = cfg.message_timestamp_type == "LogAppendTime"
     if not log_append_time:
         _check_timestamps(batch, cfg, now)

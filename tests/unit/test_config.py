@@ -117,6 +117,7 @@ def test_dynamic_set_is_small_and_explicit() -> None:
         "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
         "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.flush.interval.messages",
         "log.flush.interval.ms", "message.max.bytes", "log.cleanup.policy", "group.share.assignment.interval.ms",
+        "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
     }
 
 
