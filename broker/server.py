@@ -16,6 +16,7 @@ from typing import Any
 
 from sharebroker.broker.acceptor import Acceptor, bind
 from sharebroker.broker.connection import Connection
+from sharebroker.broker.features import FeatureLevels
 from sharebroker.broker.fetch_sessions import FetchSessionCache
 from sharebroker.broker.flusher import Flusher, now_ms
 from sharebroker.broker.frames import FrameProtocol, RequestMemory
@@ -29,7 +30,9 @@ from sharebroker.broker.memory import trim_heap, tune_allocator
 from sharebroker.broker.metrics import NULL_RECORDER, MetricsRecorder, Recorder
 from sharebroker.broker.open_files import raise_limit
 from sharebroker.broker.clock import Clock, LoopClock
+from sharebroker.storage import METADATA_FILE
 from sharebroker.storage.files import LogDirLock
+from sharebroker.broker.share.dead_letters import DeadLetters
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
 from sharebroker.broker.structured_log import get_logger
@@ -67,7 +70,9 @@ class Broker:
         self.transactions = TransactionCoordinator(config, self.topics, internal, self, self.next_producer_id)
         self.transactions.listeners.append(self.classic_groups)  # TxnOffsetCommit offsets end with the markers
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
-                                     max_sessions=config["group.share.max.share.sessions"])
+                                     max_sessions=config["group.share.max.share.sessions"],
+                                     dead_letters=DeadLetters(self))
+        self.share_groups.share_dlq_supported = lambda: self.features.share_dlq_supported
         self.share_groups.leaders = self.share
         # Metrics only when metrics.listener is set: otherwise every hook is the null recorder's no-op.
         self.metrics: Recorder = MetricsRecorder() if config["metrics.listener"] else NULL_RECORDER
@@ -75,7 +80,7 @@ class Broker:
         for owner in (self.share, self.share_groups, self.classic_groups, self.consumer_groups):
             owner.metrics = self.metrics
         self.flusher: Flusher | None = None
-        self.features_epoch = 0
+        self.features = FeatureLevels(self.log_dir, self.node_id)
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
         self._acceptors: list[Acceptor] = []
@@ -98,19 +103,20 @@ class Broker:
         configured = self.config["cluster.id"]
         return configured or self.topics.cluster_id
 
+    @property
+    def features_epoch(self) -> int:
+        return self.features.epoch
+
     def supported_features(self) -> list[dict[str, Any]]:
-        return [
-            {"name": "metadata.version", "min_version": 1, "max_version": 27},
-            {"name": "group.version", "min_version": 0, "max_version": 1},
-            {"name": "share.version", "min_version": 0, "max_version": 1},
-        ]
+        return self.features.supported()
 
     def finalized_features(self) -> list[dict[str, Any]]:
-        return [
-            {"name": "metadata.version", "min_version_level": 27, "max_version_level": 27},
-            {"name": "group.version", "min_version_level": 1, "max_version_level": 1},
-            {"name": "share.version", "min_version_level": 1, "max_version_level": 1},
-        ]
+        return self.features.finalized()
+
+    def group_dlq_settings(self, group_id: str) -> tuple[str, bool]:
+        """(errors.deadletterqueue.topic.name, errors.deadletterqueue.copy.record.enable) of a group."""
+        c = self.share_groups.config(group_id)
+        return c.errors_deadletterqueue_topic_name, c.errors_deadletterqueue_copy_record_enable
 
     def next_producer_id(self) -> int:
         pid = next(self._producer_id_iter, None)
@@ -127,6 +133,7 @@ class Broker:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock.acquire()  # before any other file of the directory is touched
         try:
+            self.features.load(new_directory=not (self.log_dir / METADATA_FILE).exists())
             notes = self.topics.open(now_ms())
             for note in notes:
                 log.warning("log recovery", detail=note)

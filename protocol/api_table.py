@@ -48,6 +48,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     47: (0, 0),    # OffsetDelete
     48: (0, 1),    # DescribeClientQuotas (no quotas: empty; AlterClientQuotas 49 not served)
     50: (0, 0),    # DescribeUserScramCredentials (no SCRAM users)
+    57: (0, 1),    # UpdateFeatures (share.version 1-2; metadata.version fixed)
     55: (0, 2),    # DescribeQuorum (this node the only voter of __cluster_metadata-0)
     60: (0, 2),    # DescribeCluster
     68: (0, 1),    # ConsumerGroupHeartbeat
