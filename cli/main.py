@@ -90,7 +90,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     """Add every tool's subcommand to the `sharebroker` parser."""
-    from sharebroker.cli import configs, console, consumer_groups, healthcheck, share_groups, topics, transactions, verify
+    from sharebroker.cli import (configs, console, consumer_groups, features, healthcheck, share_groups, topics,
+                                 transactions, verify)
     from sharebroker.pipeline.cli import add_parser as add_pipeline_parser
 
     topics.add_parser(sub)
@@ -101,6 +102,7 @@ def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     verify.add_parser(sub)
     healthcheck.add_parser(sub)
     transactions.add_parser(sub)
+    features.add_parser(sub)
     add_pipeline_parser(sub)
 
 
