@@ -206,8 +206,10 @@ class DeadLetters:
         records: list[tuple[Any, ...]] = []
         covered: list[tuple[int, int]] = []
         size = _BATCH_OVERHEAD
+        originals: dict[int, BatchRecord] = {}  # decoded source batches, shared by the round's ranges
         for a in pending:
-            originals = self._source_records(source, a.first, a.last) if copy else {}
+            if copy:
+                self._source_records(source, a.first, a.last, originals)
             cause = (DELIVERY_COUNT_EXCEEDED if a.delivery_count >= limit else CLIENT_REJECT).encode()
             context = [(HEADER_TOPIC, topic_b), (HEADER_PARTITION, part_b), (HEADER_OFFSET, b""),
                        (HEADER_GROUP, group_b), (HEADER_DELIVERY_COUNT, str(a.delivery_count).encode()),
@@ -234,10 +236,12 @@ class DeadLetters:
         return records, covered
 
     @staticmethod
-    def _source_records(source: Partition, first: int, last: int) -> dict[int, BatchRecord]:
-        """The records still in the source log for [first, last] (missing ones go headers-only)."""
-        out: dict[int, BatchRecord] = {}
+    def _source_records(source: Partition, first: int, last: int, out: dict[int, BatchRecord]) -> None:
+        """Add the records still in the source log for [first, last] to ``out`` (those gone are
+        written headers-only); a batch already decoded for an earlier range is not read again."""
         offset = max(first, source.log.log_start_offset)
+        while offset <= last and offset in out:
+            offset += 1
         while offset <= last:
             try:
                 read = source.log.read(offset, _SOURCE_READ_BYTES, min_one_batch=True, through_offset=last)
@@ -253,12 +257,10 @@ class DeadLetters:
                 except (ImportError, KafkaError):
                     continue  # a codec we cannot read: headers only
                 for r in recs:
-                    if first <= r.offset <= last:
-                        out[r.offset] = r
+                    out[r.offset] = r
             if read.next_offset <= offset:
                 break
             offset = read.next_offset
-        return out
 
     async def _append(self, dest: Partition, producer_id: int, records: list[tuple[Any, ...]]) -> None:
         entry = dest.producers.entries.get(producer_id)
