@@ -407,3 +407,35 @@ def test_kill_between_archiving_and_archived_writes_each_record_once(
         assert source_offsets(msgs) == [0, 1, 2, 3, 4]  # none lost, none twice
     finally:
         broker.kill()
+
+
+@pytest.mark.needs_own_broker("changes the DLQ cluster configs")
+def test_dlq_cluster_configs_are_dynamic_and_validated(make_broker: Any) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    broker = make_broker(FAST_SHARE_BROKER)
+    bs = broker.bootstrap
+    a = admin(bs)
+
+    def alter(name: str, value: str) -> None:
+        res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+        (fut,) = a.incremental_alter_configs([res], request_timeout=10).values()
+        fut.result(timeout=15)
+
+    with pytest.raises(Exception) as info:
+        alter("errors.deadletterqueue.auto.create.topics.enable", "maybe")
+    assert ("Invalid value maybe for configuration errors.deadletterqueue.auto.create.topics.enable: "
+            "Expected value to be either true or false") in str(info.value)
+    # Any name once the prefix is "" (cluster-wide, as kafka-configs.sh --entity-default sets it),
+    # and a missing topic created once auto-creation is on.
+    from tests.integration.test_cli import cli, ok
+    ok(cli("configs", "--bootstrap-server", bs, "--broker-defaults", "--alter", "--add-config",
+           "errors.deadletterqueue.topic.name.prefix="))
+    alter("errors.deadletterqueue.auto.create.topics.enable", "true")
+    group, source, _ = setup(bs, create_dlq=False)
+    graveyard = new_group("graveyard")
+    set_group_configs(bs, group, {"errors.deadletterqueue.topic.name": graveyard})
+    produce(bs, source, 2)
+    reject_all(bs, group, source, 2)
+    assert source_offsets(read_dlq(bs, graveyard, 2)) == [0, 1]
