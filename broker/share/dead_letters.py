@@ -87,6 +87,7 @@ class Archiving:
     first: int
     last: int
     delivery_count: int
+    rejected: bool = False  # known to be a consumer's REJECT (else inferred from the count, as Kafka)
 
 
 @dataclass(slots=True)
@@ -210,7 +211,8 @@ class DeadLetters:
         for a in pending:
             if copy:
                 self._source_records(source, a.first, a.last, originals)
-            cause = (DELIVERY_COUNT_EXCEEDED if a.delivery_count >= limit else CLIENT_REJECT).encode()
+            exceeded = not a.rejected and a.delivery_count >= limit
+            cause = (DELIVERY_COUNT_EXCEEDED if exceeded else CLIENT_REJECT).encode()
             context = [(HEADER_TOPIC, topic_b), (HEADER_PARTITION, part_b), (HEADER_OFFSET, b""),
                        (HEADER_GROUP, group_b), (HEADER_DELIVERY_COUNT, str(a.delivery_count).encode()),
                        (HEADER_MESSAGE, cause)]

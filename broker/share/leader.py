@@ -252,7 +252,7 @@ class SharePartitionLeader:
             producer_id = dlq_producer_id(self.group_id, self.topic_id, self.partition.index)
             while not self.fenced and self.sp is not None and not self._archiving_writes:
                 sp = self.sp
-                pending = [Archiving(f, l, c) for f, l, c in sp.archiving_ranges()]
+                pending = [Archiving(f, l, c, r) for f, l, c, r in sp.archiving_ranges()]
                 if not pending:
                     break
                 if self._dlq_resume:

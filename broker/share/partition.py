@@ -322,9 +322,12 @@ class SharePartition:
             out.append(PersistedBatch(max(p.first, spso), p.last, int(p.state), p.count))
         return _coalesce_batches(out)
 
-    def archiving_ranges(self) -> list[tuple[int, int, int]]:
-        """(first, last, delivery count) of the settled ARCHIVING ranges: what still goes to the DLQ."""
-        return [(p.first, p.last, p.count) for p in self._map.pieces if p.state is ARCHIVING and p.txn is None]
+    def archiving_ranges(self) -> list[tuple[int, int, int, bool]]:
+        """(first, last, delivery count, rejected) of the settled ARCHIVING ranges: what still goes
+        to the DLQ; ``rejected`` is False for the delivery count limit and for state read back
+        from the persister (which does not keep why)."""
+        return [(p.first, p.last, p.count, p.rejected) for p in self._map.pieces
+                if p.state is ARCHIVING and p.txn is None]
 
     def finish_archiving(self, ranges: Iterable[tuple[int, int]]) -> StateWrite | None:
         """ARCHIVING -> ARCHIVED for the settled ARCHIVING offsets in ``ranges`` (their DLQ write is
@@ -343,6 +346,7 @@ class SharePartition:
                 seg_lo, seg_hi = max(cur, p.first), min(last, p.last)
                 if p.state is ARCHIVING and p.txn is None:
                     q = m.pieces[m.isolate(i, seg_lo, seg_hi)]
+                    q.rejected = False
                     self._set_state(q, ARCHIVED)
                     out.append(PersistedBatch(q.first, q.last, int(ARCHIVED), q.count))
                     lo = q.first if lo is None else min(lo, q.first)
@@ -909,6 +913,7 @@ class SharePartition:
             prev_state, prev_count, prev_owner, prev_deadline = p.prev  # type: ignore[misc]
             p.txn = None
             p.prev = None
+            p.rejected = False
             lo = p.first if lo is None else min(lo, p.first)
             hi = p.last if hi is None else max(hi, p.last)
             if p.forced:
@@ -934,6 +939,7 @@ class SharePartition:
             txn.at_limit += p.last - p.first + 1
         elif reject and limits.dlq:
             target = ARCHIVING
+            p.rejected = True
         p.prev = (p.state, p.count, p.owner, p.deadline)
         p.txn = txn
         txn.pieces.append(p)

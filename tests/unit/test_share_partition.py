@@ -167,7 +167,7 @@ class TestInitialization:
     def test_archiving_batches_stay_archiving_until_their_dlq_write(self):
         sp = SharePartition(start_offset=0, persisted=[P(0, 4, AV, 1), P(5, 9, RecordState.ARCHIVING, 5)])
         assert ranges(sp) == [(0, 4, AV, 1), (5, 9, RecordState.ARCHIVING, 5)]
-        assert sp.archiving == 5 and sp.archiving_ranges() == [(5, 9, 5)]
+        assert sp.archiving == 5 and sp.archiving_ranges() == [(5, 9, 5, False)]
         w = sp.finish_archiving([(5, 9)])
         assert wb(w) == [(5, 9, 4, 5)]
         sp.commit(w, now_ms=0)
@@ -1738,7 +1738,7 @@ def test_reject_goes_archiving_with_dlq_and_archived_without():
     acq(sp, "a", [(0, 5)], lim=DLQ)
     w = ack(sp, "a", [(0, 5, [REJECT, ACCEPT, GAP, REJECT, RELEASE, ACCEPT])], lim=DLQ)
     assert wb(w) == [(0, 0, 3, 1), (1, 1, 2, 1), (2, 2, 4, 1), (3, 3, 3, 1), (4, 4, 0, 1), (5, 5, 2, 1)]
-    assert sp.archiving_ranges() == [(0, 0, 1), (3, 3, 1)]
+    assert sp.archiving_ranges() == [(0, 0, 1, True), (3, 3, 1, True)]
     assert sp.start_offset == 0  # ARCHIVING is not terminal: SPSO waits for the DLQ write
     sp.commit(sp.finish_archiving([(0, 0)]), now_ms=0)
     assert sp.start_offset == 3
@@ -1758,7 +1758,7 @@ def test_release_and_expiry_at_the_limit_go_archiving():
     assert wb(w) == [(0, 0, 3, 2)]
     w = expire(sp, LOCK, lim=DLQ)
     assert wb(w) == [(1, 1, 3, 2)]
-    assert sp.archiving_ranges() == [(0, 1, 2)]
+    assert sp.archiving_ranges() == [(0, 1, 2, False)]
     assert acq(sp, "b", [(0, 1)], lim=DLQ) == []  # ARCHIVING is never delivered again
 
 
@@ -1769,3 +1769,12 @@ def test_rolled_back_reject_is_acquired_again_not_archiving():
     assert sp.archiving_ranges() == []  # in transition: not for the DLQ yet
     sp.rollback(w, limits=DLQ, now_ms=0)
     assert ranges(sp) == [(0, 0, AQ, 1)] and sp.archiving == 0
+
+
+def test_reject_at_the_last_delivery_is_still_a_reject():
+    sp = SharePartition(start_offset=0)
+    acq(sp, "a", [(0, 1)], lim=DLQ)
+    ack(sp, "a", [(0, 1, [RELEASE])], lim=DLQ)
+    assert acq(sp, "a", [(0, 1)], lim=DLQ) == [(0, 1, 2)]
+    ack(sp, "a", [(0, 1, [REJECT, RELEASE])], lim=DLQ)
+    assert sp.archiving_ranges() == [(0, 0, 2, True), (1, 1, 2, False)]
