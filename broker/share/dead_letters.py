@@ -92,7 +92,7 @@ class Archiving:
 
 @dataclass(slots=True)
 class Outcome:
-    """What one DLQ round did: the offsets it settles, and whether they were written."""
+    """What one DLQ round did: the offsets it settles, and how many records it wrote."""
     ranges: list[tuple[int, int]]
     written: int  # records appended to the DLQ topic (0 when misconfigured or failed)
 

@@ -102,8 +102,6 @@ class SharePartitionLeader:
         self._dlq_task: asyncio.Task[None] | None = None
         self._dlq_resume = False
         self._archiving_writes = 0  # lock-expiry writes with ARCHIVING records not yet settled
-        self.dlq_written = 0  # records this leader wrote to the DLQ topic
-        self.dlq_skipped = 0  # records archived without a DLQ write (misconfigured or failed)
 
     @property
     def key(self) -> tuple[str, Any, int]:
@@ -269,13 +267,9 @@ class SharePartitionLeader:
                 limits = self.owner.limits(self.group_id)
                 outcome = await dlq.write_round(self.group_id, self.partition, producer_id, pending,
                                                 limits.delivery_count_limit)
-                if outcome.written:
-                    self.dlq_written += outcome.written
                 write = sp.finish_archiving(outcome.ranges)
                 if write is None:
-                    continue
-                if not outcome.written:
-                    self.dlq_skipped += sum(b.last_offset - b.first_offset + 1 for b in write.batches)
+                    break  # nothing it covers is ARCHIVING any more: never write the same round again
                 await self._persist_archived(write)
         finally:
             self._dlq_task = None
