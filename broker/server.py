@@ -17,6 +17,7 @@ from typing import Any
 
 from sharebroker.broker.acceptor import Acceptor, bind
 from sharebroker.broker.connection import Connection
+from sharebroker.broker.features import FeatureLevels
 from sharebroker.broker.fetch_sessions import FetchSessionCache
 from sharebroker.broker.flusher import Flusher, now_ms
 from sharebroker.broker.log_cleaner import LogCleaner
@@ -38,6 +39,8 @@ from sharebroker.broker.security.tls import NoMatchingRule
 from sharebroker.storage.files import LogDirLock
 from sharebroker.broker.security.acl_store import AclStore
 from sharebroker.broker.security.authorizer import Authorizer, parse_super_users
+from sharebroker.storage import METADATA_FILE
+from sharebroker.broker.share.dead_letters import DeadLetters
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
 from sharebroker.broker.structured_log import get_logger
@@ -76,7 +79,9 @@ class Broker:
         self.transactions = TransactionCoordinator(config, self.topics, internal, self, self.next_producer_id)
         self.transactions.listeners.append(self.classic_groups)  # TxnOffsetCommit offsets end with the markers
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
-                                     max_sessions=config["group.share.max.share.sessions"])
+                                     max_sessions=config["group.share.max.share.sessions"],
+                                     dead_letters=DeadLetters(self))
+        self.share_groups.share_dlq_supported = lambda: self.features.share_dlq_supported
         self.share_groups.leaders = self.share
         # Metrics only when metrics.listener is set: otherwise every hook is the null recorder's no-op.
         self.metrics: Recorder = MetricsRecorder() if config["metrics.listener"] else NULL_RECORDER
@@ -94,7 +99,7 @@ class Broker:
                                    samples=config["quota.window.num"], window_s=config["quota.window.size.seconds"],
                                    clock=lambda: time.monotonic() * 1000)
         self.log_cleaner = LogCleaner(config, self.topics)
-        self.features_epoch = 0
+        self.features = FeatureLevels(self.log_dir, self.node_id)
         self.ready_file = ready_file
         self.port = 0  # bound port of the first listener
         self._acceptors: list[Acceptor] = []
@@ -118,19 +123,20 @@ class Broker:
         configured = self.config["cluster.id"]
         return configured or self.topics.cluster_id
 
+    @property
+    def features_epoch(self) -> int:
+        return self.features.epoch
+
     def supported_features(self) -> list[dict[str, Any]]:
-        return [
-            {"name": "metadata.version", "min_version": 1, "max_version": 27},
-            {"name": "group.version", "min_version": 0, "max_version": 1},
-            {"name": "share.version", "min_version": 0, "max_version": 1},
-        ]
+        return self.features.supported()
 
     def finalized_features(self) -> list[dict[str, Any]]:
-        return [
-            {"name": "metadata.version", "min_version_level": 27, "max_version_level": 27},
-            {"name": "group.version", "min_version_level": 1, "max_version_level": 1},
-            {"name": "share.version", "min_version_level": 1, "max_version_level": 1},
-        ]
+        return self.features.finalized()
+
+    def group_dlq_settings(self, group_id: str) -> tuple[str, bool]:
+        """(errors.deadletterqueue.topic.name, errors.deadletterqueue.copy.record.enable) of a group."""
+        c = self.share_groups.config(group_id)
+        return c.errors_deadletterqueue_topic_name, c.errors_deadletterqueue_copy_record_enable
 
     def next_producer_id(self) -> int:
         pid = next(self._producer_id_iter, None)
@@ -147,6 +153,7 @@ class Broker:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock.acquire()  # before any other file of the directory is touched
         try:
+            self.features.load(new_directory=not (self.log_dir / METADATA_FILE).exists())
             notes = self.topics.open(now_ms())
             self.authorizer = self._make_authorizer()
             self.quotas.store.load(self.topics.store.sections.get("client_quotas", []))

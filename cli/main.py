@@ -96,6 +96,7 @@ def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
         configs,
         console,
         consumer_groups,
+        features,
         healthcheck,
         share_groups,
         topics,
@@ -114,6 +115,7 @@ def add_tool_parsers(sub: argparse._SubParsersAction) -> None:
     healthcheck.add_parser(sub)
     transactions.add_parser(sub)
     certs.add_parser(sub)
+    features.add_parser(sub)
     add_pipeline_parser(sub)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,9 @@ from sharebroker.cli.common import (
 )
 from sharebroker.cli.offsets_common import (
     add_reset_options,
+    check_partitions_exist,
+    check_range,
+    parse_topic_args,
     check_reset_scope,
     chosen_scenarios,
     compute_offsets,
@@ -39,11 +43,14 @@ from sharebroker.cli.offsets_common import (
     reset_partitions,
     reset_topics,
 )
+from sharebroker.cli.configs import GROUP_RESOURCE
+from sharebroker.cli.consumers import Fetcher
 from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message, exception_text
 
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
 VALID_STATES = ("Empty", "Stable", "Dead")
-SHARE_SCENARIOS = ("to_offset", "to_earliest", "to_latest", "to_current", "to_datetime", "by_duration", "from_file")
+SHARE_SCENARIOS = ("to_offset", "to_earliest", "to_latest", "to_current", "to_datetime", "by_duration", "from_file",
+                   "from_consumer_group")
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("share-groups", help="list, describe, reset and delete share groups (kafka-share-groups.sh)",
@@ -65,6 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "(comma-separated: Empty, Stable, Dead)")
     p.add_argument("--verbose", action="store_true", help="more columns (--describe)")
     add_reset_options(p)
+    p.add_argument("--from-consumer-group", metavar="GROUP",
+                   help="reset to the committed offsets of this classic or consumer group (KIP-1323), for its "
+                        "partitions of --topic, or all of them")
     p.set_defaults(handler=lambda args: run(p, args))
     return p
 
@@ -99,11 +109,17 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
             usage_error(p, "Option [reset-offsets] takes the option: [group]")
         if len(groups) > 1 or all_groups:
             usage_error(p, "Option [reset-offsets] supports one share group at a time")
-        check_reset_scope(p, args)
         scenarios = [s for s in chosen_scenarios(args) if s in SHARE_SCENARIOS]
+        if args.from_consumer_group:
+            scenarios.append("from_consumer_group")
+            if args.from_file:
+                usage_error(p, "Option [from-consumer-group] takes either [topic] or [all-topics], not [from-file].")
+        else:
+            check_reset_scope(p, args)
         if len(scenarios) != 1:
             usage_error(p, "Option [reset-offsets] requires exactly one of these scenarios: [to-offset], "
-                           "[to-earliest], [to-latest], [to-current], [to-datetime], [by-duration], [from-file]")
+                           "[to-earliest], [to-latest], [to-current], [to-datetime], [by-duration], [from-file], "
+                           "[from-consumer-group]")
     else:
         for opt in ("dry_run", "execute", "export", "all_topics", *SHARE_SCENARIOS):
             if has_option(args, opt):
@@ -266,15 +282,52 @@ class ShareGroupService:
             elif self.args.state is not None:
                 self.print_state(desc, verbose)
             else:
-                self.print_offsets(group, self.share_offsets(group), verbose)
+                self.print_offsets(group, self.share_offsets(group), verbose, self.dlq_counts(group))
         return 1 if failed else 0
+
+    def dlq_counts(self, group: str) -> dict[tuple[str, int], int] | None:
+        """Records of the group's dead-letter queue (KIP-1191) per source partition, counted from the
+        DLQ topic's ``__dlq.errors.*`` headers; None when the group has no DLQ topic."""
+        resp = self.client.request(32, {"resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group,
+                                                       "configuration_keys": ["errors.deadletterqueue.topic.name"]}],
+                                        "include_synonyms": False, "include_documentation": False})
+        (result,) = resp.results
+        if code_of(result.error_code):
+            return None  # a broker without group configs
+        name = next((c.value for c in result.configs if c.name == "errors.deadletterqueue.topic.name"), None)
+        if not name:
+            return None
+        topics = self.client.metadata([name])
+        info = topics.get(name)
+        counts: dict[tuple[str, int], int] = {}
+        if info is None or info.error:
+            return counts
+        parts = {name: sorted(info.partitions)}
+        ends = {tp: off for tp, (code, off) in self.client.list_offsets(parts, -1, topics).items() if not code}
+        fetcher = Fetcher(self.client, topics)
+        fetcher.assign({tp: "earliest" for tp in ends})
+        deadline = time.monotonic() + self.client.timeout
+        want = group.encode()
+        while any(fetcher.positions.get(tp, 0) < end for tp, end in ends.items()) and time.monotonic() < deadline:
+            for r in fetcher.fetch(100):
+                h = dict(r.headers)
+                if h.get("__dlq.errors.group") != want:
+                    continue
+                try:
+                    key = ((h.get("__dlq.errors.topic") or b"").decode(), int(h.get("__dlq.errors.partition") or b"-1"))
+                except ValueError:
+                    continue
+                counts[key] = counts.get(key, 0) + 1
+        return counts
 
     @staticmethod
     def _maybe_print_empty(desc: Description) -> None:
         if desc.state == "Empty":
             print(f"\nShare group '{desc.group_id}' has no active members.", file=sys.stderr)
 
-    def print_offsets(self, group: str, rows: list[OffsetRow], verbose: bool) -> None:
+    def print_offsets(self, group: str, rows: list[OffsetRow], verbose: bool,
+                      dlq: dict[tuple[str, int], int] | None = None) -> None:
+        """Kafka's columns; with a DLQ topic configured, DLQ-RECORDS (records of the partition on it)."""
         if not rows:
             print(f"\nShare group '{group}' has no offset information.")
             return
@@ -282,11 +335,17 @@ class ShareGroupService:
         if verbose:
             header = ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "START-OFFSET", "LAG"]
             body = [[group, r.topic, r.partition, r.leader_epoch, r.start_offset, r.lag] for r in rows]
-            widths = [gw, tw, 10, 13, 13, None]
+            widths: list[int | None] = [gw, tw, 10, 13, 13, None]
         else:
             header = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
             body = [[group, r.topic, r.partition, r.start_offset, r.lag] for r in rows]
             widths = [gw, tw, 10, 13, None]
+        if dlq is not None:
+            header.append("DLQ-RECORDS")
+            for row, r in zip(body, rows):
+                row.append(dlq.get((r.topic, r.partition), 0))
+            widths[-1] = 6
+            widths.append(None)
         sys.stdout.write(table(header, body, widths))
 
     def print_state(self, desc: Description, verbose: bool) -> None:
@@ -393,6 +452,12 @@ class ShareGroupService:
             raise ToolError(f"Share group '{group}' is not empty.")
         if desc is None and code != ErrorCode.group_id_not_found:
             raise KafkaApiError(code, message, f"Cannot describe share group '{group}': ")
+        if args.from_consumer_group:
+            offsets = self.consumer_group_offsets(args.from_consumer_group)
+            if not is_dry_run(args) and offsets:
+                self.alter_offsets(group, offsets)
+            print_reset_table(group, offsets, args.export)
+            return 0
         names: set[str] = set()
         current: dict[tuple[str, int], int] = {}
         if args.all_topics or args.to_current:
@@ -410,6 +475,21 @@ class ShareGroupService:
             self.alter_offsets(group, offsets)
         print_reset_table(group, offsets, args.export)
         return 0
+
+    def consumer_group_offsets(self, source: str) -> dict[tuple[str, int], int]:
+        """The committed offsets of a classic/consumer group (OffsetFetch), in the --topic scope when
+        given, clamped to the log range as every reset is: the share group starts where it left off."""
+        from sharebroker.cli.consumer_groups import ConsumerGroupService
+
+        committed = {tp: off for tp, (off, _epoch) in ConsumerGroupService(self.client, self.args).committed(source).items()}
+        if not committed:
+            raise ToolError(f"Consumer group '{source}' has no committed offsets.")
+        topics = self.client.metadata(sorted({t.split(":")[0] for t in self.args.topic} | {t for t, _p in committed}))
+        if self.args.topic:
+            wanted = set(parse_topic_args(self.client, self.args.topic, topics))
+            committed = {tp: off for tp, off in committed.items() if tp in wanted}
+        check_partitions_exist(list(committed), topics)
+        return check_range(self.client, committed, topics)
 
     def alter_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         by_topic: dict[str, list[tuple[int, int]]] = {}

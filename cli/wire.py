@@ -45,6 +45,7 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),    # SyncGroup
     15: (0, 5),    # DescribeGroups
     16: (0, 5),    # ListGroups (states v4, types v5)
+    18: (3, 4),    # ApiVersions (`features describe`: supported and finalized features)
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
     27: (1, 2),    # WriteTxnMarkers (`transactions abort`)
@@ -60,6 +61,7 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     49: (0, 1),    # AlterClientQuotas
     50: (0, 0),    # DescribeUserScramCredentials
     51: (0, 0),    # AlterUserScramCredentials
+    57: (1, 1),    # UpdateFeatures (`features upgrade|downgrade`)
     61: (0, 0),    # DescribeProducers
     65: (0, 0),    # DescribeTransactions
     66: (0, 2),    # ListTransactions (v1 duration filter, v2 transactional id pattern)

@@ -320,6 +320,11 @@ def _broker_defs() -> list[ConfigDef]:
           Between(100, 10000)),
         d("group.share.max.partition.max.record.locks", "int", 4000, "Upper bound for share.partition.max.record.locks.",
           Between(100, 10000)),
+        d("errors.deadletterqueue.auto.create.topics.enable", "boolean", False, "Create a share group's dead-letter "
+          "queue topic (with errors.deadletterqueue.group.enable=true) on its first write when it does not exist.",
+          dynamic=True),
+        d("errors.deadletterqueue.topic.name.prefix", "string", "dlq.", "The prefix every share-group dead-letter queue "
+          "topic name must start with; empty means any name.", dynamic=True),
         d("group.share.max.share.sessions", "int", 2000, "Most share sessions cached by this broker.", AtLeast(1)),
         d("share.fetch.purgatory.purge.interval.requests", "int", 1000, "Purge interval (in requests) of waiting ShareFetch "
           "requests."),

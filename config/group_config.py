@@ -30,6 +30,8 @@ class GroupConfig:
     share_isolation_level: str
     share_renew_acknowledge_enable: bool
     share_assignment_interval_ms: int
+    errors_deadletterqueue_topic_name: str
+    errors_deadletterqueue_copy_record_enable: bool
     streams_session_timeout_ms: int
     streams_heartbeat_interval_ms: int
     streams_num_standby_replicas: int

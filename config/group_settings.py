@@ -17,6 +17,11 @@ def _validate_auto_offset_reset(name: str, value: str) -> None:
                                   f"'by_duration:<PnDTnHnMn.nS.>' ({exc})") from None
 
 
+def _validate_dlq_topic_name(name: str, value: str) -> None:
+    if value.startswith("__"):  # internal topic names
+        raise ConfigError(name, f"{name}: DLQ topic name must not start with '__'")
+
+
 def _group_defs() -> list[GroupConfigDef]:
     g = GroupConfigDef
     return [
@@ -50,6 +55,11 @@ def _group_defs() -> list[GroupConfigDef]:
         g("share.assignment.interval.ms", "int", 1000, "Minimum time between assignment updates of this share group.",
           AtLeast(0), synonym="group.share.assignment.interval.ms", min_config="group.share.min.assignment.interval.ms",
           max_config="group.share.max.assignment.interval.ms"),
+        g("errors.deadletterqueue.topic.name", "string", "", "The topic this share group's rejected records and records "
+          "past share.delivery.count.limit are written to (KIP-1191); empty (the default) means no dead-letter queue.",
+          _validate_dlq_topic_name),
+        g("errors.deadletterqueue.copy.record.enable", "boolean", False, "Whether a dead-letter record carries the "
+          "original record's key and value, or only the __dlq.errors.* context headers."),
         g("streams.session.timeout.ms", "int", 45000, "Session timeout of this streams group's members.", AtLeast(1),
           synonym="group.streams.session.timeout.ms", min_config="group.streams.min.session.timeout.ms",
           max_config="group.streams.max.session.timeout.ms"),

@@ -24,6 +24,7 @@ class TopicConfig:
     compression_lz4_level: int
     compression_zstd_level: int
     delete_retention_ms: int
+    errors_deadletterqueue_group_enable: bool
     file_delete_delay_ms: int
     flush_messages: int
     flush_ms: int

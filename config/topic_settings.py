@@ -34,6 +34,8 @@ def _topic_defs() -> list[TopicConfigDef]:
         t("compression.zstd.level", "int", 3, "zstd level.", Between(-131072, 22), synonyms=(("compression.zstd.level", 1),)),
         t("delete.retention.ms", "long", 86400000, "How long tombstones are kept in a compacted topic.", AtLeast(0),
           synonyms=(("log.cleaner.delete.retention.ms", 1),)),
+        t("errors.deadletterqueue.group.enable", "boolean", False, "Whether share groups may use this topic as their "
+          "dead-letter queue (KIP-1191); writes to a topic without it are refused and the records only archived."),
         t("file.delete.delay.ms", "long", 60000, "Delay before a deleted segment's files are removed.", AtLeast(0),
           synonyms=(("log.segment.delete.delay.ms", 1),)),
         t("flush.messages", "long", LONG_MAX, "fsync after this many appended messages.", AtLeast(1),

@@ -52,6 +52,7 @@ _IMPLEMENTED: dict[int, tuple[int, int]] = {
     49: (0, 1),    # AlterClientQuotas
     50: (0, 0),    # DescribeUserScramCredentials
     51: (0, 0),    # AlterUserScramCredentials
+    57: (0, 1),    # UpdateFeatures (share.version 1-2; metadata.version fixed)
     55: (0, 2),    # DescribeQuorum (this node the only voter of __cluster_metadata-0)
     60: (0, 2),    # DescribeCluster
     68: (0, 1),    # ConsumerGroupHeartbeat

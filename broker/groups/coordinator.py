@@ -66,6 +66,8 @@ class ShareGroupCoordinator:
         self.directory = groups
         # The leaders depend on this coordinator's limits in turn: the broker sets this once both exist.
         self.leaders: ShareLeaders | None = None
+        # share.version >= 2 (the broker wires its feature levels in): DLQs may be used
+        self.share_dlq_supported: Callable[[], bool] = lambda: False
         self.groups: dict[str, ShareGroup] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self._config_cache: dict[str, GroupConfig] = {}
@@ -229,7 +231,8 @@ class ShareGroupCoordinator:
                            delivery_count_limit=c.share_delivery_count_limit,
                            max_in_flight_records=c.share_partition_max_record_locks,
                            renew_enabled=c.share_renew_acknowledge_enable,
-                           read_committed=c.share_read_committed)
+                           read_committed=c.share_read_committed,
+                           dlq=bool(c.errors_deadletterqueue_topic_name) and self.share_dlq_supported())
 
     def auto_offset_reset(self, group_id: str) -> Any:
         return self.config(group_id).share_auto_offset_reset_strategy

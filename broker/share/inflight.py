@@ -49,7 +49,7 @@ class Piece:
     """
 
     __slots__ = ("first", "last", "state", "count", "owner", "deadline", "txn", "prev", "forced",
-                 "bfirst", "blast", "alive")
+                 "bfirst", "blast", "alive", "rejected")
 
     def __init__(self, first: int, last: int, state: RecordState, count: int, owner: str,
                  deadline: int | None, bfirst: int, blast: int) -> None:
@@ -65,6 +65,7 @@ class Piece:
         self.bfirst = bfirst
         self.blast = blast
         self.alive = True
+        self.rejected = False  # ARCHIVING because a consumer rejected it (the DLQ record says so)
 
     @property
     def size(self) -> int:
@@ -75,6 +76,7 @@ class Piece:
         p.txn = self.txn
         p.prev = self.prev
         p.forced = self.forced
+        p.rejected = self.rejected
         return p
 
     def __repr__(self) -> str:  # pragma: no cover - diagnostics
@@ -86,7 +88,7 @@ class Piece:
 def _mergeable(a: Piece, b: Piece) -> bool:
     return (a.bfirst == b.bfirst and a.last + 1 == b.first and a.state == b.state and a.count == b.count
             and a.owner == b.owner and a.deadline == b.deadline and a.txn is None and b.txn is None
-            and not a.forced and not b.forced)
+            and not a.forced and not b.forced and a.rejected == b.rejected)
 
 
 class InFlightMap:

@@ -15,11 +15,13 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.clock import Clock, TimerHandle
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
+from sharebroker.broker.share.dead_letters import Archiving, DeadLetters, dlq_producer_id
 from sharebroker.broker.share.partition import (
     AcquiredRange,
     AcquireMode,
     LogBatch,
     PersistedBatch,
+    RecordState,
     ShareLimits,
     SharePartition,
     StateWrite,
@@ -73,6 +75,9 @@ class LeaderHost(Protocol):
 
     def drop(self, leader: SharePartitionLeader) -> None: ...
 
+    @property
+    def dead_letters(self) -> DeadLetters: ...
+
 
 class SharePartitionLeader:
     def __init__(self, host: LeaderHost, persister: Persister, clock: Clock, group_id: str,
@@ -94,6 +99,9 @@ class SharePartitionLeader:
         self._writes_in_flight = 0
         self._persisted_start = -1
         self.fenced = False
+        self._dlq_task: asyncio.Task[None] | None = None
+        self._dlq_resume = False
+        self._archiving_writes = 0  # lock-expiry writes with ARCHIVING records not yet settled
 
     @property
     def key(self) -> tuple[str, Any, int]:
@@ -147,9 +155,10 @@ class SharePartitionLeader:
         self.sp = sp
         if self.metrics.enabled:
             self.metrics.share_partition_loaded((time.perf_counter() - started) * 1000)
-        initial = sp.take_initial_write()
-        if initial is not None:
-            await self._persist(initial, ignore_failure=True)
+        if sp.archiving:
+            # A DLQ flow that a restart (or a new leader) interrupted: finish it, exactly once.
+            self._dlq_resume = True
+            self._kick_dlq()
         log.info("share partition loaded", group=self.group_id, topic=self.partition.topic.name,
                  partition=self.partition.index, start_offset=sp.start_offset, state_epoch=self.state_epoch,
                  in_flight_batches=len(state.batches))
@@ -174,6 +183,9 @@ class SharePartitionLeader:
         assert sp is not None
         limits = self.owner.limits(self.group_id)
         batches = [StateBatch(b.first_offset, b.last_offset, int(b.state), b.delivery_count) for b in write.batches]
+        # An expiry's ARCHIVING is applied before its write: the DLQ waits until it is durable.
+        expiry_archiving = write.kind == "expiry" and any(b.state == RecordState.ARCHIVING for b in write.batches)
+        self._archiving_writes += expiry_archiving
         self._writes_in_flight += 1
         try:
             await self.persister.write(
@@ -182,6 +194,7 @@ class SharePartitionLeader:
                 delivery_complete_count=write.delivery_complete_count, batches=batches)
         except KafkaError as exc:
             self._writes_in_flight -= 1
+            self._archiving_writes -= expiry_archiving
             if write.kind == "expiry" or ignore_failure:
                 sp.commit(write, now_ms=self.clock.monotonic_ms())
             else:
@@ -198,8 +211,10 @@ class SharePartitionLeader:
             return
         except BaseException:
             self._writes_in_flight -= 1
+            self._archiving_writes -= expiry_archiving
             raise
         self._writes_in_flight -= 1
+        self._archiving_writes -= expiry_archiving
         self._persisted_start = max(self._persisted_start, write.start_offset)
         sp.commit(write, now_ms=self.clock.monotonic_ms())
         if self.metrics.enabled and write.kind != "expiry" and (at_limit := write.archived_at_limit):
@@ -215,6 +230,65 @@ class SharePartitionLeader:
     def _after_change(self) -> None:
         self._arm_timer()
         self.owner.wake(self)
+        if self.sp is not None and self.sp.archiving:
+            self._kick_dlq()
+
+    # -- dead-letter queue (KIP-1191) ------------------------------------------------------------
+
+    def _kick_dlq(self) -> None:
+        """Start the DLQ drain unless it runs: it writes ARCHIVING records off the fetch path."""
+        if self._dlq_task is None and not self.fenced:
+            self._dlq_task = asyncio.get_running_loop().create_task(self._drain_dlq())
+            self._tasks.add(self._dlq_task)
+            self._dlq_task.add_done_callback(self._settled)
+
+    async def _drain_dlq(self) -> None:
+        """One DLQ batch, then ARCHIVED for exactly its offsets, durable, then the next: so at most
+        one written batch is not ARCHIVED yet when the process dies (see dead_letters.py)."""
+        try:
+            dlq = self.owner.dead_letters
+            producer_id = dlq_producer_id(self.group_id, self.topic_id, self.partition.index)
+            while not self.fenced and self.sp is not None and not self._archiving_writes:
+                sp = self.sp
+                pending = [Archiving(f, l, c, r) for f, l, c, r in sp.archiving_ranges()]
+                if not pending:
+                    break
+                if self._dlq_resume:
+                    self._dlq_resume = False
+                    done = dlq.already_written(self.group_id, self.partition, producer_id)
+                    write = sp.finish_archiving((o, o) for o in sorted(done))
+                    if write is not None:
+                        log.info("DLQ records found written before a restart, archived without rewriting",
+                                 group=self.group_id, topic=self.partition.topic.name,
+                                 partition=self.partition.index, records=sum(b.last_offset - b.first_offset + 1
+                                                                             for b in write.batches))
+                        await self._persist_archived(write)
+                        continue
+                limits = self.owner.limits(self.group_id)
+                outcome = await dlq.write_round(self.group_id, self.partition, producer_id, pending,
+                                                limits.delivery_count_limit)
+                write = sp.finish_archiving(outcome.ranges)
+                if write is None:
+                    break  # nothing it covers is ARCHIVING any more: never write the same round again
+                await self._persist_archived(write)
+        finally:
+            self._dlq_task = None
+
+    async def _persist_archived(self, write: StateWrite) -> None:
+        """Persist ARCHIVED until it is durable (or this leader is fenced): the next DLQ batch may
+        not be written before, or a crash could leave two unarchived batches."""
+        backoff = 0.1
+        while True:
+            try:
+                await self._persist(write)
+                return
+            except KafkaError:
+                sp = self.sp
+                if self.fenced or sp is None:
+                    return
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                write = StateWrite(sp.start_offset, sp.delivery_complete_count, write.batches, "archive")
 
     # -- acquisition -----------------------------------------------------------------------------
 

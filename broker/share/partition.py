@@ -26,7 +26,12 @@ Where we knowingly differ from Kafka 4.2 (never observable through the RPCs unle
   window follows a log start movement (Kafka can violate each in rare log-start-offset races);
 - a failed write's rollback also runs SPSO advancement (Kafka waits for the next write), and a
   rolled-back record whose lock expired below SPSO becomes ARCHIVED;
-- persisted ARCHIVING batches (DLQ, 4.4) are archived at once (``take_initial_write``).
+
+Dead-letter queue (KIP-1191, share.version 2, ``ShareLimits.dlq``): a rejected record, or one released
+or expired at the delivery count limit, goes to ARCHIVING instead of ARCHIVED. ARCHIVING is durable and
+not terminal (SPSO stops at it); the leader writes the record to the DLQ topic, then calls
+``finish_archiving``. Persisted ARCHIVING batches stay ARCHIVING at initialisation so the leader can
+finish them (exactly once: see broker/share/dead_letters.py).
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ class AcquiredRange:
 
 @dataclass(frozen=True, slots=True)
 class PersistedBatch:
-    """A state batch in the persister's format (state 0 AVAILABLE, 2 ACKNOWLEDGED, 4 ARCHIVED)."""
+    """A state batch in the persister's format (state 0 AVAILABLE, 2 ACKNOWLEDGED, 3 ARCHIVING, 4 ARCHIVED)."""
     first_offset: int
     last_offset: int
     state: int
@@ -113,6 +118,7 @@ class ShareLimits:
     max_in_flight_records: int
     renew_enabled: bool = True
     read_committed: bool = False  # share.isolation.level
+    dlq: bool = False  # share.version >= 2 and errors.deadletterqueue.topic.name set
 
 
 @dataclass(eq=False)
@@ -231,12 +237,12 @@ class SharePartition:
         self.start_offset = start_offset
         self.end_offset = start_offset
         self.delivery_complete_count = 0
+        self.archiving = 0  # records in ARCHIVING: waiting for their DLQ write
         self.end_offset_hint = end_offset_hint
         self._map = InFlightMap()
         self._find_next = False
         self._gap_end: int | None = None
         self._gap_start = -1
-        self._init_batches: list[PersistedBatch] = []
 
         prev_last = start_offset - 1
         gap_start: int | None = None
@@ -255,10 +261,6 @@ class SharePartition:
                 raise ValueError(f"state batch {b.first_offset}-{b.last_offset} is ACQUIRED, which is never persisted")
             if b.delivery_count < 0:
                 raise ValueError(f"state batch {b.first_offset}-{b.last_offset} has a negative delivery count")
-            if state is ARCHIVING:
-                # No dead-letter queue here: resume the flow by archiving, and persist that.
-                state = ARCHIVED
-                self._init_batches.append(PersistedBatch(b.first_offset, b.last_offset, ARCHIVED, b.delivery_count))
             if gap_start is None and b.first_offset > prev_last + 1:
                 gap_start = prev_last + 1
             prev_last = b.last_offset
@@ -266,6 +268,8 @@ class SharePartition:
             self._map.insert(piece)
             if state in TERMINAL_STATES:
                 self.delivery_complete_count += piece.size
+            elif state is ARCHIVING:
+                self.archiving += piece.size
         if self._map:
             self._find_next = True
             self.end_offset = self._map.pieces[-1].last
@@ -318,12 +322,40 @@ class SharePartition:
             out.append(PersistedBatch(max(p.first, spso), p.last, int(p.state), p.count))
         return _coalesce_batches(out)
 
-    def take_initial_write(self) -> StateWrite | None:
-        """The write that persists ARCHIVING batches found at initialisation as ARCHIVED (once)."""
-        if not self._init_batches:
+    def archiving_ranges(self) -> list[tuple[int, int, int, bool]]:
+        """(first, last, delivery count, rejected) of the settled ARCHIVING ranges: what still goes
+        to the DLQ; ``rejected`` is False for the delivery count limit and for state read back
+        from the persister (which does not keep why)."""
+        return [(p.first, p.last, p.count, p.rejected) for p in self._map.pieces
+                if p.state is ARCHIVING and p.txn is None]
+
+    def finish_archiving(self, ranges: Iterable[tuple[int, int]]) -> StateWrite | None:
+        """ARCHIVING -> ARCHIVED for the settled ARCHIVING offsets in ``ranges`` (their DLQ write is
+        done, or was given up). Applied at once, like lock expiry; the write persists it."""
+        m = self._map
+        out: list[PersistedBatch] = []
+        lo: int | None = None
+        hi: int | None = None
+        for first, last in ranges:
+            cur = first
+            while cur <= last:
+                i = m.index_at_or_after(cur)
+                if i >= len(m) or m.pieces[i].first > last:
+                    break
+                p = m.pieces[i]
+                seg_lo, seg_hi = max(cur, p.first), min(last, p.last)
+                if p.state is ARCHIVING and p.txn is None:
+                    q = m.pieces[m.isolate(i, seg_lo, seg_hi)]
+                    q.rejected = False
+                    self._set_state(q, ARCHIVED)
+                    out.append(PersistedBatch(q.first, q.last, int(ARCHIVED), q.count))
+                    lo = q.first if lo is None else min(lo, q.first)
+                    hi = q.last if hi is None else max(hi, q.last)
+                cur = seg_hi + 1
+        if not out or lo is None or hi is None:
             return None
-        batches, self._init_batches = self._init_batches, []
-        return StateWrite(self.start_offset, self.delivery_complete_count, _coalesce_batches(batches), "init")
+        m.coalesce(lo, hi)
+        return StateWrite(*self._settled_start(None), _coalesce_batches(out), "archive")
 
     def next_fetch_offset(self) -> int:
         """Offset the next log read should start at (spec 5.4; Kafka's nextFetchOffset)."""
@@ -712,7 +744,7 @@ class SharePartition:
             if ack is AcknowledgeType.RENEW:
                 self._renew(head, limits, now_ms)
             else:
-                self._start_transition(head, _ACK_TARGET[ack], txn, out, limits)
+                self._start_transition(head, _ACK_TARGET[ack], txn, out, limits, reject=ack is AcknowledgeType.REJECT)
 
     def _acknowledge_offsets(self, member_id: str, first: int, lo: int, hi: int, types: list[int], txn: Txn,
                              out: list[PersistedBatch], limits: ShareLimits, now_ms: int) -> None:
@@ -749,7 +781,7 @@ class SharePartition:
                 if ack is AcknowledgeType.RENEW:
                     self._renew(q, limits, now_ms)
                 else:
-                    self._start_transition(q, _ACK_TARGET[ack], txn, out, limits)
+                    self._start_transition(q, _ACK_TARGET[ack], txn, out, limits, reject=ack is AcknowledgeType.REJECT)
             cur = seg_hi + 1
 
     def _renew(self, p: Piece, limits: ShareLimits, now_ms: int) -> None:
@@ -805,7 +837,7 @@ class SharePartition:
                 lo = q.first if lo is None else min(lo, q.first)
                 hi = q.last if hi is None else max(hi, q.last)
                 expired += q.last - q.first + 1
-                if q.state is ARCHIVED and q.count >= limit:
+                if q.state is not AVAILABLE and q.count >= limit:
                     at_limit += q.last - q.first + 1
         if not out or lo is None or hi is None:
             return None
@@ -822,8 +854,10 @@ class SharePartition:
         if p.first < spso <= p.last:
             parts.append(m.pieces[m.split(i, spso)])
         for q in parts:
-            if q.last < spso or q.count >= limits.delivery_count_limit:
+            if q.last < spso:
                 target = ARCHIVED
+            elif q.count >= limits.delivery_count_limit:
+                target = ARCHIVING if limits.dlq else ARCHIVED
             else:
                 target = AVAILABLE
                 self._find_next = True
@@ -879,6 +913,7 @@ class SharePartition:
             prev_state, prev_count, prev_owner, prev_deadline = p.prev  # type: ignore[misc]
             p.txn = None
             p.prev = None
+            p.rejected = False
             lo = p.first if lo is None else min(lo, p.first)
             hi = p.last if hi is None else max(hi, p.last)
             if p.forced:
@@ -898,10 +933,13 @@ class SharePartition:
             m.coalesce(lo, hi)
 
     def _start_transition(self, p: Piece, target: RecordState, txn: Txn, out: list[PersistedBatch],
-                          limits: ShareLimits) -> None:
+                          limits: ShareLimits, *, reject: bool = False) -> None:
         if target is AVAILABLE and p.count >= limits.delivery_count_limit:
-            target = ARCHIVED
+            target = ARCHIVING if limits.dlq else ARCHIVED
             txn.at_limit += p.last - p.first + 1
+        elif reject and limits.dlq:
+            target = ARCHIVING
+            p.rejected = True
         p.prev = (p.state, p.count, p.owner, p.deadline)
         p.txn = txn
         txn.pieces.append(p)
@@ -1071,6 +1109,10 @@ class SharePartition:
 
     def _set_state(self, p: Piece, state: RecordState) -> None:
         """Change a piece's state, keeping deliveryCompleteCount = terminal records at/after SPSO."""
+        if p.state is ARCHIVING:
+            self.archiving -= p.size
+        if state is ARCHIVING:
+            self.archiving += p.size
         was = p.state in TERMINAL_STATES
         now = state in TERMINAL_STATES
         if was != now and p.last >= self.start_offset:

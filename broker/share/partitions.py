@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sharebroker.broker.clock import Clock
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
+from sharebroker.broker.share.dead_letters import DeadLetters
 from sharebroker.broker.share.leader import OffsetReset, SharePartitionLeader
 from sharebroker.broker.share.partition import ShareLimits
 from sharebroker.broker.share_state.persister import Persister
@@ -32,7 +33,8 @@ class GroupShareSettings(Protocol):
 
 
 class SharePartitions:
-    def __init__(self, settings: GroupShareSettings, persister: Persister, clock: Clock, *, max_sessions: int) -> None:
+    def __init__(self, settings: GroupShareSettings, persister: Persister, clock: Clock, *, max_sessions: int,
+                 dead_letters: DeadLetters) -> None:
         self.settings = settings
         self.persister = persister
         self.clock = clock
@@ -41,6 +43,7 @@ class SharePartitions:
         self._waiters: dict[LeaderKey, set[asyncio.Future[None]]] = {}
         self._bound: set[int] = set()  # ids of connections whose close releases their sessions
         self.metrics: Recorder = NULL_RECORDER  # the broker's, when metrics.listener is set
+        self.dead_letters = dead_letters  # share-group DLQ writes (KIP-1191)
 
     # -- configuration the leaders read -----------------------------------------------------------
 

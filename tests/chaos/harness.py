@@ -17,6 +17,10 @@ cannot hide a loss. Counters; the run exits 1 unless the first four are 0:
   ACCEPT whose answer was lost with a kill counts as accepted when a consumer sent it and
   `__share_group_state` holds it as ACKNOWLEDGED or below the start offset);
 - classic_missed: produced records the classic group never received;
+- dlq_lost: records whose REJECT the broker confirmed that the group's dead-letter queue topic
+  (KIP-1191, `dlq.chaos`) does not hold;
+- dlq_duplicated: source records the DLQ topic holds more than once (kills land between
+  ARCHIVING and ARCHIVED: each record must still be written exactly once);
 - log_duplicates: values stored more than once (0 with idempotent producers).
 
 Flagged when not 0: classic deliveries below an offset the group had committed
@@ -64,7 +68,7 @@ from tests.integration.clients import create_topic
 from tests.integration.share_helpers import FAST_SHARE_BROKER, set_earliest, topic_id
 from sharebroker.testing import BrokerProcess
 
-TOPIC, GROUP, CLASSIC_GROUP = "chaos", "chaos-workers", "chaos-readers"
+TOPIC, GROUP, CLASSIC_GROUP, DLQ_TOPIC = "chaos", "chaos-workers", "chaos-readers", "dlq.chaos"
 ACKNOWLEDGED, ARCHIVED = 2, 4  # __share_group_state delivery states
 OVERRIDES = {**FAST_SHARE_BROKER, "group.share.record.lock.duration.ms": "3000",
              "group.initial.rebalance.delay.ms": "0"}
@@ -78,8 +82,8 @@ STRESS = {"log.roll.ms": "1000", "log.segment.bytes": "1048576",
           "share.coordinator.cold.partition.snapshot.interval.ms": "2000"}
 CLIENT = {"log_level": 0, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 300,
           "socket.timeout.ms": 5000}
-MUST_BE_ZERO = ("lost", "accepted_then_redelivered", "never_delivered", "classic_missed")
-SHOULD_BE_ZERO = ("log_duplicates", "classic_rewinds", "delivery_mismatch", "offset_reused",
+MUST_BE_ZERO = ("lost", "accepted_then_redelivered", "never_delivered", "classic_missed", "dlq_lost", "dlq_duplicated")
+SHOULD_BE_ZERO = ("dlq_unexpected", "log_duplicates", "classic_rewinds", "delivery_mismatch", "offset_reused",
                   "delivery_count_regressed", "producer_fatal", "stalls", "broker_tracebacks")
 
 Key = tuple[int, int]  # (partition, offset)
@@ -96,6 +100,7 @@ class Options:
     rate: int = 400                  # records/s per producer
     work_ms: float = 30.0            # a share consumer "works" up to this long on a batch before acking it
     release_ratio: float = 0.03      # first deliveries RELEASEd instead of ACCEPTed (delivered again later)
+    reject_ratio: float = 0.03       # first deliveries REJECTed: they go to the group's DLQ topic
     min_produced: int = 150          # progress after each restart before the next kill ...
     min_accepted: int = 100
     max_jitter: float = 1.0          # ... then a random wait of up to this many seconds
@@ -117,6 +122,11 @@ class Summary:
     accepted_then_redelivered: int = 0
     never_delivered: int = 0
     classic_missed: int = 0
+    rejected: int = 0
+    dlq_records: int = 0
+    dlq_lost: int = 0
+    dlq_duplicated: int = 0
+    dlq_unexpected: int = 0
     log_duplicates: int = 0
     classic_rewinds: int = 0
     offset_reused: int = 0
@@ -144,6 +154,10 @@ class Summary:
             ("accepted_then_redelivered", "accepted, then delivered again (must be 0)"),
             ("never_delivered", "never accepted by the share group (must be 0)"),
             ("classic_missed", "never read by the classic group (must be 0)"),
+            ("rejected", "confirmed REJECTs"), ("dlq_records", "records on the DLQ topic"),
+            ("dlq_lost", "confirmed REJECT, not on the DLQ (must be 0)"),
+            ("dlq_duplicated", "records on the DLQ twice (must be 0)"),
+            ("dlq_unexpected", "DLQ records never rejected nor at the limit"),
             ("log_duplicates", "duplicate values in the log"),
             ("classic_rewinds", "classic deliveries below a committed offset"),
             ("delivery_mismatch", "deliveries whose value differs from the log"),
@@ -196,6 +210,8 @@ class Load:
         self.ack_sent: set[bytes] = set()                    # values whose ACCEPT went to a commit
         self.confirmed: dict[bytes, int] = {}                # value -> seq of its first confirmed ACCEPT
         self.released: dict[tuple[bytes, int], int] = {}     # confirmed RELEASE: (value, delivery count) -> seq
+        self.reject_sent: set[bytes] = set()                 # values whose REJECT went to a commit
+        self.rejected: dict[bytes, int] = {}                 # value -> seq of its confirmed REJECT
         self.ack_failures: Counter[str] = Counter()
         self.classic: list[tuple[int, Key, bytes]] = []      # (seq, key, value)
         self.classic_seen: set[bytes] = set()
@@ -310,6 +326,8 @@ class Load:
             value, kind, count = pending[key]
             if kind == AcknowledgeType.ACCEPT:
                 self.confirmed.setdefault(value, s)
+            elif kind == AcknowledgeType.REJECT:
+                self.rejected.setdefault(value, s)
             else:
                 self.released.setdefault((value, count), s)
 
@@ -350,8 +368,12 @@ class Load:
                     time.sleep(random.uniform(0, self.opts.work_ms) / 1000)
                 acked = []
                 for m in held:
-                    kind = AcknowledgeType.RELEASE if m.delivery_count() == 1 and \
-                        random.random() < self.opts.release_ratio else AcknowledgeType.ACCEPT
+                    draw = random.random()
+                    kind = AcknowledgeType.ACCEPT
+                    if m.delivery_count() == 1 and draw < self.opts.release_ratio:
+                        kind = AcknowledgeType.RELEASE
+                    elif m.delivery_count() == 1 and draw < self.opts.release_ratio + self.opts.reject_ratio:
+                        kind = AcknowledgeType.REJECT
                     try:
                         c.acknowledge(m, kind)
                         acked.append(m)
@@ -362,6 +384,8 @@ class Load:
                         pending[(m.partition(), m.offset())] = (m.value(), kind, m.delivery_count())
                         if kind == AcknowledgeType.ACCEPT:
                             self.ack_sent.add(m.value())
+                        elif kind == AcknowledgeType.REJECT:
+                            self.reject_sent.add(m.value())
                 if not acked:
                     continue
                 try:
@@ -465,6 +489,34 @@ def read_log(bootstrap: str, partitions: int) -> tuple[dict[Key, bytes], list[st
     return out, notes
 
 
+def read_dlq(bootstrap: str, partitions: int) -> Counter[Key]:
+    """How many times the DLQ topic holds each source record (by its __dlq.errors.* headers)."""
+    counts: Counter[Key] = Counter()
+    for p in range(partitions):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-dlq-{uuid.uuid4().hex[:6]}",
+                      "enable.auto.commit": False, "enable.partition.eof": True, **CLIENT})
+        try:
+            _low, high = c.get_watermark_offsets(TopicPartition(DLQ_TOPIC, p), timeout=10)
+            if high <= 0:
+                continue
+            c.assign([TopicPartition(DLQ_TOPIC, p, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= high:
+                        break
+                    continue
+                h = dict(m.headers() or [])
+                if h.get("__dlq.errors.group") == GROUP.encode() and h.get("__dlq.errors.topic") == TOPIC.encode():
+                    counts[(int(h["__dlq.errors.partition"]), int(h["__dlq.errors.offset"]))] += 1
+        finally:
+            c.close()
+    return counts
+
+
 def share_state(bootstrap: str, partitions: int) -> tuple[set[Key], set[Key]]:
     """(acknowledged, archived) per `__share_group_state` records of GROUP: offsets any snapshot
     or update holds in that state, and everything below the highest start offset persisted
@@ -548,8 +600,10 @@ def run(cycles: int, workdir: Path, *, opts: Options | None = None, log: Callabl
     recoveries: list[float] = []
     try:
         create_topic(broker.bootstrap, TOPIC, opts.partitions)
+        create_topic(broker.bootstrap, DLQ_TOPIC, opts.partitions, {"errors.deadletterqueue.group.enable": "true"})
         # Delivery limit at its maximum: a record acquired at several kills in a row is not archived.
-        set_earliest(broker.bootstrap, GROUP, share_delivery_count_limit="10")
+        set_earliest(broker.bootstrap, GROUP, share_delivery_count_limit="10",
+                     errors_deadletterqueue_topic_name=DLQ_TOPIC)
         load = Load(broker.bootstrap, opts)
         load.start()
         ready_at = time.monotonic()
@@ -589,14 +643,27 @@ def run(cycles: int, workdir: Path, *, opts: Options | None = None, log: Callabl
         for t in load.producer_threads:
             t.join(160)
         durable: set[bytes] = set()
-        last_check = 0.0
+        in_dlq: set[bytes] = set()
+        last_check = last_dlq_check = 0.0
         deadline = time.monotonic() + opts.drain_timeout
         while time.monotonic() < deadline:
             with load.lock:
-                share_left = [k for k in load.produced if k not in load.confirmed and k not in durable]
+                share_left = [k for k in load.produced if k not in load.confirmed and k not in load.rejected
+                              and k not in durable]
                 classic_left = [k for k in load.produced if k not in load.classic_seen]
-                all_sent = all(k in load.ack_sent for k in share_left)
-            if not share_left and not classic_left:
+                all_sent = all(k in load.ack_sent or k in load.reject_sent for k in share_left)
+                dlq_left = [k for k in load.rejected if k not in in_dlq]
+            if dlq_left and time.monotonic() - last_dlq_check > 2:
+                last_dlq_check = time.monotonic()
+                try:
+                    where = read_dlq(broker.bootstrap, opts.partitions)
+                except Exception as exc:  # noqa: BLE001 - read again at the end
+                    log(f"reading {DLQ_TOPIC}: {type(exc).__name__}: {exc}")
+                    where = Counter()
+                with load.lock:
+                    in_dlq = {v for v, k in load.produced.items() if k in where}
+                continue
+            if not share_left and not classic_left and not dlq_left:
                 break
             if share_left and all_sent and time.monotonic() - last_check > 2:
                 last_check = time.monotonic()
@@ -606,13 +673,15 @@ def run(cycles: int, workdir: Path, *, opts: Options | None = None, log: Callabl
                     log(f"reading __share_group_state: {type(exc).__name__}: {exc}")
                     acked = set()
                 with load.lock:
-                    durable = {v for v, k in load.produced.items() if k in acked and v in load.ack_sent}
+                    durable = {v for v, k in load.produced.items()
+                               if k in acked and (v in load.ack_sent or v in load.reject_sent)}
             time.sleep(0.2)
         load.stop_consuming.set()
         for t in load.consumer_threads:
             t.join(30)
         stored, notes = read_log(broker.bootstrap, opts.partitions)
         acked, archived = share_state(broker.bootstrap, opts.partitions)
+        dlq = read_dlq(broker.bootstrap, opts.partitions)
         summary.notes += notes
     finally:
         if load is not None:
@@ -622,6 +691,7 @@ def run(cycles: int, workdir: Path, *, opts: Options | None = None, log: Callabl
     if samples:
         summary.notes.append(f"broker errors: {samples}")
     _verify(load, stored, acked, archived, summary)
+    _verify_dlq(load, dlq, summary)
     if recoveries:
         summary.max_recovery_s = max(recoveries)
         summary.median_recovery_s = statistics.median(recoveries)
@@ -680,6 +750,8 @@ def _verify(load: Load, stored: dict[Key, bytes], acked: set[Key], archived: set
         deliveries = list(load.deliveries)
         released = sorted((seq, v, count) for (v, count), seq in load.released.items())
         ack_sent = set(load.ack_sent)
+        rejected = dict(load.rejected)
+        reject_sent = set(load.reject_sent)
         classic = list(load.classic)
         classic_seen = set(load.classic_seen)
         commits = sorted(load.classic_commits)
@@ -696,7 +768,9 @@ def _verify(load: Load, stored: dict[Key, bytes], acked: set[Key], archived: set
     redelivered = sorted({v for seq, _, v, *_ in deliveries if v in confirmed and seq > confirmed[v]})
     # An ACCEPT whose answer was lost with a kill: a consumer sent it and the state topic has it.
     durable_unconfirmed = {v for v, k in produced.items() if v not in confirmed and v in ack_sent and k in acked}
-    never = sorted((k, v) for v, k in produced.items() if v not in confirmed and v not in durable_unconfirmed)
+    # A REJECT is the group's last word on a record too (it goes to the DLQ): not "never delivered".
+    never = sorted((k, v) for v, k in produced.items() if v not in confirmed and v not in durable_unconfirmed
+                   and v not in rejected and not (v in reject_sent and (k in acked or k in archived)))
     delivered = {v for _, _, v, *_ in deliveries}
     # A confirmed RELEASE is persisted with its delivery count: every later delivery counts higher.
     releases: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
@@ -750,6 +824,26 @@ def _verify(load: Load, stored: dict[Key, bytes], acked: set[Key], archived: set
                 f"acknowledgement failures: {ack_failures}" if ack_failures else "",
                 f"client errors (most common): {client_errors}" if client_errors else ""]
     s.notes = [n for n in s.notes if n]
+
+
+def _verify_dlq(load: Load, dlq: Counter[Key], s: Summary) -> None:
+    """Every confirmed REJECT on the DLQ exactly once; nothing else there but rejects whose answer a
+    kill lost and records that reached the delivery limit."""
+    with load.lock:
+        produced = dict(load.produced)
+        rejected = dict(load.rejected)
+        reject_sent = set(load.reject_sent)
+        top_count: dict[bytes, int] = {}
+        for _seq, _k, v, count, _who in load.deliveries:
+            top_count[v] = max(top_count.get(v, 0), count)
+    lost = sorted(produced[v] for v in rejected if v in produced and dlq[produced[v]] == 0)
+    dupes = sorted((k, n) for k, n in dlq.items() if n > 1)
+    by_key = {k: v for v, k in produced.items()}
+    unexpected = sorted(k for k in dlq if (v := by_key.get(k)) is None
+                        or (v not in reject_sent and top_count.get(v, 0) < 10))
+    s.rejected, s.dlq_records = len(rejected), sum(dlq.values())
+    s.dlq_lost, s.dlq_duplicated, s.dlq_unexpected = len(lost), sum(n - 1 for _k, n in dupes), len(unexpected)
+    s.examples.update({"dlq_lost": lost[:10], "dlq_duplicated": dupes[:10], "dlq_unexpected": unexpected[:10]})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -164,13 +164,15 @@ class TestInitialization:
         sp = SharePartition(start_offset=0, persisted=[P(0, 4, AV, 1), P(5, 9, AK, 1)])
         assert sp.gap_window is None
 
-    def test_archiving_batches_are_archived_and_persisted(self):
+    def test_archiving_batches_stay_archiving_until_their_dlq_write(self):
         sp = SharePartition(start_offset=0, persisted=[P(0, 4, AV, 1), P(5, 9, RecordState.ARCHIVING, 5)])
-        assert ranges(sp) == [(0, 4, AV, 1), (5, 9, AR, 5)]
-        w = sp.take_initial_write()
+        assert ranges(sp) == [(0, 4, AV, 1), (5, 9, RecordState.ARCHIVING, 5)]
+        assert sp.archiving == 5 and sp.archiving_ranges() == [(5, 9, 5, False)]
+        w = sp.finish_archiving([(5, 9)])
         assert wb(w) == [(5, 9, 4, 5)]
         sp.commit(w, now_ms=0)
-        assert sp.take_initial_write() is None
+        assert sp.archiving == 0 and sp.archiving_ranges() == []
+        assert sp.finish_archiving([(5, 9)]) is None
 
     def test_init_then_acquire_fills_gaps_and_reacquires_available(self):
         sp = SharePartition(start_offset=10, persisted=[P(15, 18, AV, 2), P(19, 22, AK, 1), P(26, 30, AV, 1)])
@@ -1723,3 +1725,56 @@ def test_huge_single_log_batch_is_handled_as_one_range():
     assert acq(sp, "c", [(0, n - 1)]) == [(0, n // 2 - 1, 2), (n // 2, n // 2, 3), (n // 2 + 1, n - 1, 2)]
     ack(sp, "c", [(0, n - 1, [ACCEPT])])
     assert (sp.start_offset, sp.in_flight_ranges()) == (n, [])
+
+
+# ---- dead-letter queue (KIP-1191): ARCHIVING ------------------------------------------------------
+
+DLQ = limits(dlq=True, delivery_count_limit=2)
+AG = RecordState.ARCHIVING
+
+
+def test_reject_goes_archiving_with_dlq_and_archived_without():
+    sp = SharePartition(start_offset=0)
+    acq(sp, "a", [(0, 5)], lim=DLQ)
+    w = ack(sp, "a", [(0, 5, [REJECT, ACCEPT, GAP, REJECT, RELEASE, ACCEPT])], lim=DLQ)
+    assert wb(w) == [(0, 0, 3, 1), (1, 1, 2, 1), (2, 2, 4, 1), (3, 3, 3, 1), (4, 4, 0, 1), (5, 5, 2, 1)]
+    assert sp.archiving_ranges() == [(0, 0, 1, True), (3, 3, 1, True)]
+    assert sp.start_offset == 0  # ARCHIVING is not terminal: SPSO waits for the DLQ write
+    sp.commit(sp.finish_archiving([(0, 0)]), now_ms=0)
+    assert sp.start_offset == 3
+    sp.commit(sp.finish_archiving([(3, 3)]), now_ms=0)
+    assert sp.start_offset == 4 and sp.archiving == 0
+    plain = SharePartition(start_offset=0)
+    acq(plain, "a", [(0, 0)], lim=limits(delivery_count_limit=2))
+    assert wb(ack(plain, "a", [(0, 0, [REJECT])], lim=limits(delivery_count_limit=2))) == [(0, 0, 4, 1)]
+
+
+def test_release_and_expiry_at_the_limit_go_archiving():
+    sp = SharePartition(start_offset=0)
+    acq(sp, "a", [(0, 1)], lim=DLQ)
+    ack(sp, "a", [(0, 1, [RELEASE])], lim=DLQ)
+    assert acq(sp, "a", [(0, 1)], lim=DLQ) == [(0, 1, 2)]
+    w = ack(sp, "a", [(0, 0, [RELEASE])], lim=DLQ)
+    assert wb(w) == [(0, 0, 3, 2)]
+    w = expire(sp, LOCK, lim=DLQ)
+    assert wb(w) == [(1, 1, 3, 2)]
+    assert sp.archiving_ranges() == [(0, 1, 2, False)]
+    assert acq(sp, "b", [(0, 1)], lim=DLQ) == []  # ARCHIVING is never delivered again
+
+
+def test_rolled_back_reject_is_acquired_again_not_archiving():
+    sp = SharePartition(start_offset=0)
+    acq(sp, "a", [(0, 0)], lim=DLQ)
+    w = ack(sp, "a", [(0, 0, [REJECT])], lim=DLQ, commit=False)
+    assert sp.archiving_ranges() == []  # in transition: not for the DLQ yet
+    sp.rollback(w, limits=DLQ, now_ms=0)
+    assert ranges(sp) == [(0, 0, AQ, 1)] and sp.archiving == 0
+
+
+def test_reject_at_the_last_delivery_is_still_a_reject():
+    sp = SharePartition(start_offset=0)
+    acq(sp, "a", [(0, 1)], lim=DLQ)
+    ack(sp, "a", [(0, 1, [RELEASE])], lim=DLQ)
+    assert acq(sp, "a", [(0, 1)], lim=DLQ) == [(0, 1, 2)]
+    ack(sp, "a", [(0, 1, [REJECT, RELEASE])], lim=DLQ)
+    assert sp.archiving_ranges() == [(0, 0, 2, True), (1, 1, 2, False)]
