@@ -469,6 +469,58 @@ class AdminView:
             "write_enabled": self.write_enabled,
         }
 
+    def records(self, group_id: str, topic_name: str, index: int, first: int, last: int) -> dict[str, Any]:
+        """The state of offsets first..last of a share partition, as ranges (for `share-groups
+        --describe --offsets A-B`): live from a loaded leader (with holders and lock time left),
+        else from the share coordinator's persisted state (no record is acquired then). Below
+        the share-partition start offset records are complete (acknowledged or archived: the
+        broker keeps no difference there); at or past the high watermark they do not exist yet."""
+        broker = self.broker
+        topic = broker.topics.get(topic_name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return {"error": "UNKNOWN_TOPIC_OR_PARTITION", "message": f"Topic {topic_name} partition {index} does not exist."}
+        if broker.group_type(group_id) != "share":
+            return {"error": "GROUP_ID_NOT_FOUND", "message": f"Group {group_id} is not a share group."}
+        hwm = topic.partitions[index].log.high_watermark
+        leader = broker.share.existing_leader(group_id, topic.topic_id, index)
+        cached: list[tuple[int, int, str, int, str, int | None]] = []
+        if leader is not None and leader.sp is not None:
+            start, source = leader.sp.start_offset, "leader"
+            now = leader.clock.monotonic_ms()
+            for p in leader.sp.ranges():
+                lock = p.deadline - now if p.state is RecordState.ACQUIRED and p.deadline is not None else None
+                cached.append((p.first, p.last, STATE_NAMES[p.state], p.count, p.owner, lock))
+        else:
+            stored = getattr(getattr(broker.share_persister, "store", None), "states", {}).get(
+                (group_id, topic.topic_id, index))
+            if stored is None or stored.start_offset < 0:
+                return {"error": "NONE", "message": None, "source": "none", "start_offset": -1, "high_watermark": hwm,
+                        "ranges": []}
+            start, source = stored.start_offset, "persisted"
+            cached = [(b.first_offset, b.last_offset, STATE_NAMES[RecordState(b.delivery_state)], b.delivery_count, "",
+                       None) for b in stored.batches]
+        out: list[dict[str, Any]] = []
+
+        def add(lo: int, hi: int, state: str, count: int, member: str = "", lock: int | None = None) -> None:
+            lo, hi = max(lo, first), min(hi, last, hwm - 1)
+            if lo <= hi:
+                out.append({"first": lo, "last": hi, "state": state, "delivery_count": count,
+                            "member": member or None, "lock_left_ms": lock})
+
+        add(first, start - 1, "complete", -1)
+        cursor = start
+        for lo, hi, state, count, member, lock in cached:
+            if hi < start:
+                continue
+            lo = max(lo, start)
+            if lo > cursor:
+                add(cursor, lo - 1, "available", 0)
+            add(lo, hi, state, count, member, lock)
+            cursor = hi + 1
+        add(cursor, hwm - 1, "available", 0)
+        return {"error": "NONE", "message": None, "source": source, "start_offset": start, "high_watermark": hwm,
+                "ranges": out}
+
     # -- writes (admin.ui.write.enable) ----------------------------------------------------------
 
     async def delete_group(self, kind: str, group_id: str) -> tuple[str, str | None]:

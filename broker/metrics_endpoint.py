@@ -315,6 +315,15 @@ class MetricsEndpoint:
             return _json("200 OK", {"sections": view.sections(), "now_ms": int(time.time() * 1000)})
         if path == "/api/state":
             return _json("200 OK", view.state())
+        if path == "/api/records":
+            try:
+                args = {k: query[k][0] for k in ("group", "topic", "partition", "first", "last")}
+                found = view.records(args["group"], args["topic"], int(args["partition"]), int(args["first"]),
+                                     int(args["last"]))
+            except (KeyError, ValueError):
+                return _json("400 Bad Request", {"error": "INVALID_REQUEST",
+                                                 "message": "group, topic, partition, first and last are required"})
+            return _json("200 OK" if found["error"] == "NONE" else "404 Not Found", found)
         if path.startswith("/static/") and (name := path[len("/static/"):]) in _STATIC_TYPES:
             body = self._static.get(name)
             if body is None:

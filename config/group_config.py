@@ -29,6 +29,7 @@ class GroupConfig:
     share_auto_offset_reset: str
     share_isolation_level: str
     share_renew_acknowledge_enable: bool
+    share_record_trace_enable: bool
     share_assignment_interval_ms: int
     streams_session_timeout_ms: int
     streams_heartbeat_interval_ms: int
