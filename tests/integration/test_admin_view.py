@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType
+from confluent_kafka import AcknowledgeType, Consumer, TopicPartition
 
 from sharebroker.testing.plugin import Broker
 from tests.integration.clients import create_topic
@@ -124,6 +124,7 @@ def test_the_view_follows_a_share_consumer_in_a_browser(vbroker: Any, browser: A
     assert topic_name in browser.find_element("id", "topics").text
 
     c = share_consumer(bootstrap, group, [topic_name], explicit=True)
+    busy_consumers: list[Any] = []
     try:
         held = poll_until(c, lambda got: len(got) >= 10, TIMEOUT, what="ten records")
         members = wait("the member in /api/state", lambda: [
@@ -154,7 +155,28 @@ def test_the_view_follows_a_share_consumer_in_a_browser(vbroker: Any, browser: A
         assert browser.execute_script("return window.__xss === undefined")
         assert not browser.find_elements("css selector", "main script, main img, main i")
 
-        # -- a busy group for the screenshot: a lag chart with samples and records in every state
+        # -- a busy group for the screenshot: three partitions, two members holding records, one of
+        # them releasing some; and a classic group's committed offsets
+        busy_topic, busy = f"{topic_name}-busy", f"busy-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, busy_topic, 3)
+        set_earliest(bootstrap, busy, **{"share.record.lock.duration.ms": "60000"})
+        for p in range(3):
+            produce_values(bootstrap, busy_topic, [b"job-%d-%d" % (p, i) for i in range(40 + 30 * p)], partition=p,
+                           **{"linger.ms": 50})
+        for i in range(2):
+            member = share_consumer(bootstrap, busy, [busy_topic], explicit=True, **{"max.poll.records": 25})
+            busy_consumers.append(member)
+            got = poll_until(member, lambda got: len(got) >= 1, TIMEOUT, what=f"records for busy member {i}")
+            for m in got[: len(got) // 3]:
+                member.acknowledge(m, AcknowledgeType.RELEASE if m.offset() % 2 else AcknowledgeType.ACCEPT)
+            member.commit_sync(10)
+        classic = Consumer({"bootstrap.servers": bootstrap, "group.id": f"readers-{uuid.uuid4().hex[:6]}"})
+        classic.commit(offsets=[TopicPartition(busy_topic, p, 10 * p) for p in range(3)], asynchronous=False)
+        classic.close()
+        wait("the busy group's strips", lambda: browser.execute_script(
+            "return Array.from(document.querySelectorAll('div.sp')).filter(d => d.getAttribute('data-group') === "
+            "arguments[0]).length", busy) >= 2)
+
         wait("two lag samples of the group", lambda: browser.execute_script(
             "return Array.from(document.querySelectorAll('svg.lag')).some(s => +s.getAttribute('data-samples') >= 2)"),
             timeout=20)
@@ -169,8 +191,9 @@ def test_the_view_follows_a_share_consumer_in_a_browser(vbroker: Any, browser: A
         wait("the strip to show nothing acquired", lambda: all(
             r[0] != "acquired" for r in strip(browser, group, topic_name)))
     finally:
-        with contextlib.suppress(Exception):
-            c.close()
+        for consumer in (c, *busy_consumers):
+            with contextlib.suppress(Exception):
+                consumer.close()
     assert console_errors(browser) == []
 
 
