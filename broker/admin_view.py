@@ -291,11 +291,14 @@ class AdminView:
         samples = list(self.lag.get(key, ()))
         if not samples:
             return "<span class=note>no samples yet</span>"
+        n = len(samples)
+        if n == 1:
+            samples = samples * 2  # one sample: a flat line rather than an invisible point
         w, h = 240, 40
         top = max(v for _, v in samples) or 1
-        n = len(samples)
         scale = (h - 4) / top  # a little headroom above the highest sample
-        points = " ".join(f"{(i * w / max(n - 1, 1)):.1f},{(h - 1 - v * scale):.1f}" for i, (_, v) in enumerate(samples))
+        points = " ".join(f"{(i * w / (len(samples) - 1)):.1f},{(h - 1 - v * scale):.1f}"
+                          for i, (_, v) in enumerate(samples))
         last = samples[-1][1]
         return (f'<svg class="lag" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
                 f'data-samples="{n}" data-last="{last}"><title>lag over the last {n} samples '

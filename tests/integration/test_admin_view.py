@@ -180,6 +180,8 @@ def test_the_view_follows_a_share_consumer_in_a_browser(vbroker: Any, browser: A
         wait("two lag samples of the group", lambda: browser.execute_script(
             "return Array.from(document.querySelectorAll('svg.lag')).some(s => +s.getAttribute('data-samples') >= 2)"),
             timeout=20)
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1400, min(max(height + 140, 1100), 6000))  # the whole page in one shot
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "admin-view-busy-group.png"
         browser.save_screenshot(str(shot))
