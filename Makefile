@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= ./data
 LISTENERS ?= PLAINTEXT://127.0.0.1:9092
 
-.PHONY: run test venv bytecode bench fuzz chaos lint clean compose-test
+.PHONY: run test venv bytecode bench fuzz chaos lint clean compose-test browser-env
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,12 @@ bytecode: venv
 run: venv bytecode
 	$(VENV)/bin/sharebroker serve --listeners $(LISTENERS) --data-dir $(DATA_DIR)
 
-test: venv bytecode lint
+# The live view's browser test needs Debian's chromium and chromium-driver: installed here when
+# missing and this runs as root (.ci/browser-env; otherwise that test skips and says why).
+browser-env:
+	@.ci/browser-env || true
+
+test: venv bytecode lint browser-env
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # ruff over the whole tree, mypy --strict over the wire codec and storage, mypy with every

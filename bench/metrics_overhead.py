@@ -1,9 +1,10 @@
-"""What the Prometheus metrics cost: the same share-consume workloads against a broker without
-`metrics.listener` and one with it (scraped every second while it works, far more often than
-Prometheus' usual 15 s), in alternating runs of one invocation so that the machine's noise falls on
-both alike.
+"""What the Prometheus metrics and the live view cost: the same share-consume workloads against a
+broker without `metrics.listener` and one with it (scraped every second while it works, far more
+often than Prometheus' usual 15 s, and its live view's /api/view polled every second, as an open
+browser tab does), in alternating runs of one invocation so that the machine's noise falls on both
+alike.
 
-    python -m bench.metrics_overhead [--runs 3] [--backlog 200000] [--jobs 2000]
+    python -m bench.metrics_overhead [--runs 3] [--backlog 200000] [--jobs 2000] [--view-every 1]
 
 Two workloads: a backlog of 100-byte records drained by four implicit-acknowledgement
 ShareConsumers (the throughput figure of the README), and the job queue (one job per ShareFetch,
@@ -34,6 +35,7 @@ from sharebroker.testing import BrokerProcess
 
 GROUP = "bench-share-group"
 SCRAPE_EVERY_S = 1.0  # --scrape-every
+VIEW_EVERY_S = 1.0  # --view-every: the live view's poll (GET /api/view), as view.js does
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -41,10 +43,10 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _scrape(port: int) -> str:
+def _scrape(port: int, path: str = "/metrics") -> str:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        conn.request("GET", "/metrics")
+        conn.request("GET", path)
         return conn.getresponse().read().decode()
     finally:
         conn.close()
@@ -68,27 +70,35 @@ def broker(metrics: bool) -> Iterator[tuple[BrokerProcess, int | None]]:
 
 
 @contextmanager
-def scraping(port: int | None) -> Iterator[list[float]]:
-    """Scrape /metrics every SCRAPE_EVERY_S while the block runs; yields the scrape durations (s)."""
-    every_s = SCRAPE_EVERY_S
-    took: list[float] = []
+def scraping(port: int | None) -> Iterator[dict[str, list[float]]]:
+    """Scrape /metrics every SCRAPE_EVERY_S and poll the view's /api/view every VIEW_EVERY_S while
+    the block runs; yields the durations (s) of each, by path."""
+    took: dict[str, list[float]] = {"/metrics": [], "/api/view": []}
     stop = threading.Event()
 
-    def loop() -> None:
+    def loop(path: str, every_s: float) -> None:
         while not stop.wait(every_s):
             t0 = time.perf_counter()
-            _scrape(port)  # type: ignore[arg-type]
-            took.append(time.perf_counter() - t0)
+            _scrape(port, path)  # type: ignore[arg-type]
+            took[path].append(time.perf_counter() - t0)
 
-    thread = threading.Thread(target=loop, daemon=True) if port is not None and every_s > 0 else None
-    if thread is not None:
+    threads = [threading.Thread(target=loop, args=(path, every), daemon=True)
+               for path, every in (("/metrics", SCRAPE_EVERY_S), ("/api/view", VIEW_EVERY_S))
+               if port is not None and every > 0]
+    for thread in threads:
         thread.start()
     try:
         yield took
     finally:
         stop.set()
-        if thread is not None:
+        for thread in threads:
             thread.join()
+
+
+def _durations(took: dict[str, list[float]]) -> dict[str, Any]:
+    scrapes, views = took["/metrics"], took["/api/view"]
+    return {"scrapes": len(scrapes), "scrape_ms": statistics.median(scrapes) * 1000 if scrapes else None,
+            "view_polls": len(views), "view_ms": statistics.median(views) * 1000 if views else None}
 
 
 def _metric(text: str, line_start: str) -> float:
@@ -103,8 +113,7 @@ def backlog_run(metrics: bool, n: int) -> dict[str, Any]:
         with scraping(port) as took:
             res = share_drain(b.bootstrap, n, 4, GROUP)
         cpu = _cpu_seconds(b.proc.pid) - cpu0
-        out = {"rate": res["rate"], "cpu_us_per_record": cpu / n * 1e6, "scrapes": len(took),
-               "scrape_ms": statistics.median(took) * 1000 if took else None}
+        out = {"rate": res["rate"], "cpu_us_per_record": cpu / n * 1e6, **_durations(took)}
         if port is not None:  # the counters did count: every record in
             text = _scrape(port)
             out["messagesin"] = _metric(text, "kafka_server_brokertopicmetrics_messagesin_total{")
@@ -131,8 +140,7 @@ def jobs_run(metrics: bool, n: int) -> dict[str, Any]:
         with scraping(port) as took:
             res = job_queue.drain(b.bootstrap, n, 1)
         cpu = _cpu_seconds(b.proc.pid) - cpu0
-        out = {"rate": res["jobs_per_s"], "cpu_us_per_record": cpu / n * 1e6, "scrapes": len(took),
-               "scrape_ms": statistics.median(took) * 1000 if took else None}
+        out = {"rate": res["jobs_per_s"], "cpu_us_per_record": cpu / n * 1e6, **_durations(took)}
         if port is not None:
             text = _scrape(port)
             out["accepted"] = _metric(text, 'kafka_server_sharegroupmetrics_recordacknowledgements_total{ackType="Accept"}')
@@ -195,10 +203,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backlog", type=int, default=200_000, help="records of the backlog drain (0 skips it)")
     ap.add_argument("--jobs", type=int, default=2000, help="jobs of the job-queue drain (0 skips it)")
     ap.add_argument("--scrape-every", type=float, default=1.0, help="seconds between scrapes (0: none)")
+    ap.add_argument("--view-every", type=float, default=1.0, help="seconds between polls of the live view (0: none)")
     ap.add_argument("--out", type=Path, default=None, help="write metrics_overhead.json into this folder")
     args = ap.parse_args(argv)
-    global SCRAPE_EVERY_S
+    global SCRAPE_EVERY_S, VIEW_EVERY_S
     SCRAPE_EVERY_S = args.scrape_every
+    VIEW_EVERY_S = args.view_every
     results: dict[str, Any] = {}
     if args.backlog:
         results["backlog"] = compare("backlog", backlog_run, args.backlog, args.runs)

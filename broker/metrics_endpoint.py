@@ -10,14 +10,19 @@ on, so prometheus_client costs nothing at start-up otherwise."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sharebroker.broker.admin_view import AdminView
 from sharebroker.broker.metrics import ACK_TYPE_NAMES, Histogram, MetricsRecorder
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.api_table import api_name
@@ -214,25 +219,55 @@ def registry_for(broker: Broker, recorder: MetricsRecorder) -> CollectorRegistry
     return registry
 
 
-class MetricsEndpoint:
-    """A minimal HTTP/1.1 server on the broker's loop: GET (or HEAD) /metrics, one request per
-    connection. Scrapes are rare and small, so a hand-written request line parser is enough and
-    keeps an HTTP framework out of the dependencies."""
+_STATIC_TYPES = {"view.js": "text/javascript; charset=utf-8", "view.css": "text/css; charset=utf-8"}
+# No inline script or style anywhere on the page: a payload that slipped past escaping could not run.
+_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+# Write actions need this header: a cross-site form or image cannot send it (no CORS is granted).
+WRITE_HEADER = "x-sharebroker-write"
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+Response = tuple[str, str, bytes]
+
+
+def _static(name: str) -> bytes:
+    return resources.files("sharebroker.broker").joinpath("admin_static", name).read_bytes()
+
+
+def _json(status: str, data: Any) -> Response:
+    return status, "application/json", json.dumps(data, separators=(",", ":")).encode()
+
+
+def _text(status: str, text: str) -> Response:
+    return status, "text/plain; charset=utf-8", text.encode()
+
+
+class MetricsEndpoint:
+    """A minimal HTTP/1.1 server on the broker's loop, one request per connection: GET (or HEAD)
+    /metrics for Prometheus, and the live view (`/`, `/static/…`, `/api/view`, `/api/state`, and with
+    admin.ui.write.enable the POST actions under `/api/groups/…`). Requests are rare and small, so a
+    hand-written request line parser is enough and keeps an HTTP framework out of the dependencies."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, view: AdminView | None = None) -> None:
         self.registry = registry
         self.host = host
         self.port = port
+        self.view = view
         self._server: asyncio.Server | None = None
+        self._static: dict[str, bytes] = {}
 
     async def start(self) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._serve, self.host or None, self.port,
                                                   limit=_REQUEST_HEAD_LIMIT)
         bound = self._server.sockets[0].getsockname()
-        log.info("metrics listener started", host=self.host or "0.0.0.0", port=bound[1], path="/metrics")
+        if self.view is not None:
+            self.view.start()
+        log.info("metrics listener started", host=self.host or "0.0.0.0", port=bound[1], path="/metrics",
+                 view="/", view_writes=bool(self.view and self.view.write_enabled))
         return self.host, bound[1]
 
     async def stop(self) -> None:
+        if self.view is not None:
+            await self.view.stop()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -242,18 +277,13 @@ class MetricsEndpoint:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
             lines = head.decode("latin-1").split("\r\n")
             method, _, rest = lines[0].partition(" ")
-            path = rest.split(" ", 1)[0].split("?", 1)[0]
-            accept = next((line.split(":", 1)[1].strip() for line in lines[1:]
-                           if line.lower().startswith("accept:")), "")
-            if path != "/metrics":
-                status, ctype, body = "404 Not Found", "text/plain; charset=utf-8", b"Not found: try /metrics\n"
-            elif method not in ("GET", "HEAD"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain; charset=utf-8", b"GET /metrics\n"
-            else:
-                # The text format (0.0.4), or OpenMetrics when the scraper prefers it, as the library negotiates.
-                encoder, ctype = choose_encoder(accept)
-                status, body = "200 OK", encoder(self.registry)
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            target = rest.split(" ", 1)[0]
+            path, _, query = target.partition("?")
+            headers = {name.strip().lower(): value.strip()
+                       for name, sep, value in (line.partition(":") for line in lines[1:]) if sep}
+            status, ctype, body = await self._route(method, path, parse_qs(query), headers)
+            extra = f"Content-Security-Policy: {_CSP}\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}"
                          "Connection: close\r\n\r\n".encode("latin-1"))
             if method != "HEAD":
                 writer.write(body)
@@ -261,6 +291,68 @@ class MetricsEndpoint:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
             pass  # a client that went away or sent no HTTP: nothing to answer
         except Exception:
-            log.exception("metrics scrape failed")
+            log.exception("admin endpoint request failed")
         finally:
             writer.close()
+
+    async def _route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str]) -> Response:
+        view = self.view
+        if path == "/metrics":
+            if method not in ("GET", "HEAD"):
+                return _text("405 Method Not Allowed", "GET /metrics\n")
+            # The text format (0.0.4), or OpenMetrics when the scraper prefers it, as the library negotiates.
+            encoder, ctype = choose_encoder(headers.get("accept", ""))
+            return "200 OK", ctype, encoder(self.registry)
+        if view is None:
+            return _text("404 Not Found", "Not found: try /metrics\n")
+        if path.startswith("/api/groups/"):
+            return await self._write(method, path, query, headers)
+        if method not in ("GET", "HEAD"):
+            return _text("405 Method Not Allowed", "GET only\n")
+        if path == "/":
+            return "200 OK", "text/html; charset=utf-8", view.page().encode()
+        if path == "/api/view":
+            return _json("200 OK", {"sections": view.sections(), "now_ms": int(time.time() * 1000)})
+        if path == "/api/state":
+            return _json("200 OK", view.state())
+        if path == "/api/records":
+            try:
+                args = {k: query[k][0] for k in ("group", "topic", "partition", "first", "last")}
+                found = view.records(args["group"], args["topic"], int(args["partition"]), int(args["first"]),
+                                     int(args["last"]))
+            except (KeyError, ValueError):
+                return _json("400 Bad Request", {"error": "INVALID_REQUEST",
+                                                 "message": "group, topic, partition, first and last are required"})
+            return _json("200 OK" if found["error"] == "NONE" else "404 Not Found", found)
+        if path.startswith("/static/") and (name := path[len("/static/"):]) in _STATIC_TYPES:
+            body = self._static.get(name)
+            if body is None:
+                body = self._static[name] = _static(name)
+            return "200 OK", _STATIC_TYPES[name], body
+        return _text("404 Not Found", "Not found: try / or /metrics\n")
+
+    async def _write(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str]) -> Response:
+        """POST /api/groups/{share|consumer|classic}/GROUP/delete, POST /api/groups/share/GROUP/reset?to=
+        earliest|latest: with admin.ui.write.enable only, and the CLI's rules (empty groups only)."""
+        view = self.view
+        assert view is not None
+        if not view.write_enabled:
+            return _json("403 Forbidden", {"error": "CLUSTER_AUTHORIZATION_FAILED",
+                                           "message": "The view is read-only: start the broker with --admin-ui-write "
+                                                      "(admin.ui.write.enable=true) to allow resets and deletes."})
+        if method != "POST" or headers.get(WRITE_HEADER) != "1":
+            return _json("405 Method Not Allowed", {"error": "INVALID_REQUEST",
+                                                    "message": f"POST with the header {WRITE_HEADER}: 1"})
+        parts = path.split("/")  # "", "api", "groups", kind, group, action
+        if len(parts) != 6 or parts[3] not in ("share", "consumer", "classic") or not parts[4]:
+            return _json("404 Not Found", {"error": "INVALID_REQUEST", "message": "unknown action"})
+        kind, group_id, action = parts[3], unquote(parts[4]), parts[5]
+        to = (query.get("to") or [""])[0]
+        if action == "delete":
+            error, message = await view.delete_group(kind, group_id)
+        elif action == "reset" and kind == "share" and to in ("earliest", "latest"):
+            error, message = await view.reset_share_group(group_id, to)
+        else:
+            return _json("404 Not Found", {"error": "INVALID_REQUEST", "message": "unknown action"})
+        log.info("admin view action", action=action, kind=kind, group=group_id, to=to or None, error=error)
+        return _json("200 OK" if error == "NONE" else "409 Conflict", {"error": error, "message": message})

@@ -259,11 +259,13 @@ class Broker:
 
     async def _start_metrics(self, recorder: MetricsRecorder) -> None:
         # Imported here: prometheus_client is loaded only by a broker that serves metrics.
+        from sharebroker.broker.admin_view import AdminView
         from sharebroker.broker.metrics_endpoint import MetricsEndpoint, registry_for
         from sharebroker.config.broker_settings import parse_metrics_listener
 
         host, port = parse_metrics_listener(self.config["metrics.listener"])
-        self._metrics_endpoint = MetricsEndpoint(registry_for(self, recorder), host, port)
+        view = AdminView(self, write_enabled=self.config["admin.ui.write.enable"])
+        self._metrics_endpoint = MetricsEndpoint(registry_for(self, recorder), host, port, view)
         try:
             await self._metrics_endpoint.start()
         except OSError as exc:  # the port is taken, or the host is not ours: say which setting

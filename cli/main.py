@@ -30,6 +30,9 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default=os.environ.get("SHAREBROKER_LOG_LEVEL", "info"))
     p.add_argument("--metrics-listener", metavar="HOST:PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (metrics.listener; off by default)")
+    p.add_argument("--admin-ui-write", action="store_true",
+                   help="let the live view on the metrics listener reset and delete empty groups "
+                        "(admin.ui.write.enable; read-only by default)")
     p.add_argument("--ready-file", metavar="FILE", help="write host:port here once listening (for tests and scripts)")
 
 
@@ -49,6 +52,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["listeners"] = args.listeners
     if args.metrics_listener:
         overrides["metrics.listener"] = args.metrics_listener
+    if args.admin_ui_write:
+        overrides["admin.ui.write.enable"] = "true"
     if args.advertised_listeners:
         overrides["advertised.listeners"] = args.advertised_listeners
     if args.log_dirs:

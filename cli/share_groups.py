@@ -8,8 +8,12 @@ errors are usage errors with exit code 2."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from urllib.error import HTTPError, URLError
+from urllib.parse import urlencode
+from urllib.request import urlopen
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +51,24 @@ from sharebroker.cli.configs import GROUP_RESOURCE
 from sharebroker.cli.consumers import Fetcher
 from sharebroker.cli.wire import Client, KafkaApiError, Node, ToolError, code_of, error_message, exception_text
 
+MAX_TRACED_RECORDS = 100_000  # one line each: --offsets FIRST-LAST is for looking at records, not dumping a log
+
+
+def parse_record_range(text: str) -> tuple[int, int]:
+    """FIRST-LAST (or one offset) of --offsets."""
+    first, sep, last = text.partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if sep else lo
+    except ValueError:
+        raise ValueError(f"Invalid offset range '{text}': expected FIRST-LAST, e.g. 0-99") from None
+    if lo < 0 or hi < lo:
+        raise ValueError(f"Invalid offset range '{text}': FIRST must be >= 0 and <= LAST")
+    if hi - lo + 1 > MAX_TRACED_RECORDS:
+        raise ValueError(f"Invalid offset range '{text}': at most {MAX_TRACED_RECORDS} records at a time")
+    return lo, hi
+
+
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
 VALID_STATES = ("Empty", "Stable", "Dead")
 SHARE_SCENARIOS = ("to_offset", "to_earliest", "to_latest", "to_current", "to_datetime", "by_duration", "from_file",
@@ -66,7 +88,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--topic", action="append", default=[], metavar="TOPIC",
                    help="topic for --delete-offsets or --reset-offsets (reset: 'topic' or 'topic:0,1,2')")
     p.add_argument("--members", action="store_true", help="describe members of the group (--describe)")
-    p.add_argument("--offsets", action="store_true", help="describe offsets (the default view of --describe)")
+    p.add_argument("--offsets", nargs="?", const=True, default=False, metavar="FIRST-LAST",
+                   help="describe offsets (the default view of --describe); with FIRST-LAST (and --topic, "
+                        "--partition), each record's state, delivery count and holder, from the live broker "
+                        "(sharebroker only: read from its metrics.listener endpoint)")
+    p.add_argument("--partition", type=int, metavar="PARTITION", help="the partition of --offsets FIRST-LAST")
+    p.add_argument("--admin-url", metavar="URL",
+                   help="the broker's metrics.listener endpoint for --offsets FIRST-LAST, e.g. http://127.0.0.1:9404 "
+                        "(default: the broker's metrics.listener setting, read with DescribeConfigs)")
     p.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
                    help="with --describe: the group state; with --list: state column, optionally filtered "
                         "(comma-separated: Empty, Stable, Dead)")
@@ -125,7 +154,17 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
             if has_option(args, opt):
                 usage_error(p, f"Option [{opt.replace('_', '-')}] can only be used with [reset-offsets]")
     check_action_options(p, args, action)
-    if topics and action not in ("delete_offsets", "reset_offsets"):
+    tracing = action == "describe" and isinstance(args.offsets, str)
+    if tracing:
+        if len(groups) != 1 or all_groups or len(topics) != 1 or args.partition is None:
+            usage_error(p, "Option [offsets] with a range takes exactly one [group], one [topic] and [partition]")
+        try:
+            args.record_range = parse_record_range(args.offsets)
+        except ValueError as exc:
+            usage_error(p, str(exc))
+    elif args.partition is not None or args.admin_url:
+        usage_error(p, "Options [partition] and [admin-url] can only be used with [describe] [offsets] FIRST-LAST")
+    if topics and action not in ("delete_offsets", "reset_offsets") and not tracing:
         usage_error(p, "Option [topic] can only be used with [delete-offsets] or [reset-offsets]")
     return action
 
@@ -146,6 +185,8 @@ def _run(action: str, args: argparse.Namespace) -> int:
         svc = ShareGroupService(client, args)
         if action == "list":
             return svc.list_groups()
+        if action == "describe" and isinstance(args.offsets, str):
+            return svc.describe_records()
         if action == "describe":
             return svc.describe_groups()
         if action == "delete":
@@ -268,6 +309,59 @@ class ShareGroupService:
             print(f"\nError: Share group '{group}' does not exist.", file=sys.stderr)
             return None
         return desc
+
+    def admin_url(self, group: str) -> str:
+        """--admin-url, else http://<metrics.listener> as the group's coordinator (the broker
+        leading its share partitions) reports it; a host of 0.0.0.0 or none is the broker's own."""
+        if self.args.admin_url:
+            return str(self.args.admin_url).rstrip("/")
+        node, conn = self.client.coordinator_conn(group)
+        resp = conn.request(32, {"resources": [{"resource_type": 4, "resource_name": str(node.node_id),
+                                                "configuration_keys": ["metrics.listener"]}],
+                                 "include_synonyms": False, "include_documentation": False})
+        (result,) = resp.results
+        value = next((c.value for c in result.configs if c.name == "metrics.listener"), None)
+        host, _, port = (value or "").rpartition(":")
+        if not value or not port.isdigit() or port == "0":
+            raise ToolError("The broker serves no metrics.listener endpoint (or only on an ephemeral port): start it "
+                            "with --metrics-listener HOST:PORT, or pass --admin-url. A record's in-flight state lives "
+                            "in the broker's memory and no Kafka API carries it.")
+        host = host.strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            host = node.host
+        return f"http://{host}:{port}"
+
+    def describe_records(self) -> int:
+        """Each record of --offsets FIRST-LAST: its state, delivery count, holder and lock time left."""
+        (group,), (topic,) = self.args.group, self.args.topic
+        first, last = self.args.record_range
+        url = self.admin_url(group) + "/api/records?" + urlencode(
+            {"group": group, "topic": topic, "partition": self.args.partition, "first": first, "last": last})
+        try:
+            with urlopen(url, timeout=10) as resp:  # noqa: S310 - a URL the user gave or the broker reported
+                found = json.loads(resp.read())
+        except HTTPError as exc:
+            found = json.loads(exc.read() or b"{}")
+        except (URLError, OSError) as exc:
+            raise ToolError(f"Cannot read {url}: {exc}") from None
+        if found.get("error") != "NONE":
+            raise ToolError(f"Error: {found.get('error')}: {found.get('message')}")
+        if found["source"] == "none":
+            print(f"\nShare group '{group}' has no state for {topic}-{self.args.partition}.")
+            return 0
+        rows = []
+        for r in found["ranges"]:
+            lock = "" if r["lock_left_ms"] is None else f"{max(r['lock_left_ms'], 0) / 1000:.1f}s"
+            count = "-" if r["delivery_count"] < 0 else r["delivery_count"]
+            for offset in range(r["first"], r["last"] + 1):
+                rows.append([topic, self.args.partition, offset, r["state"].upper(), count, r["member"] or "-", lock])
+        if not rows:
+            print(f"\nNo records of {topic}-{self.args.partition} in {first}-{last} "
+                  f"(high watermark {found['high_watermark']}).")
+            return 0
+        sys.stdout.write(table(["TOPIC", "PARTITION", "OFFSET", "STATE", "DELIVERY-COUNT", "MEMBER", "LOCK-LEFT"],
+                               rows, [width([topic]), 10, 10, 13, 15, 24, None]))
+        return 0
 
     def describe_groups(self) -> int:
         verbose = self.args.verbose

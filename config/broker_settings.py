@@ -89,6 +89,9 @@ def _broker_defs() -> list[ConfigDef]:
         d("metrics.listener", "string", None, "sharebroker only: HOST:PORT of the HTTP endpoint serving Prometheus "
           "metrics at /metrics (an empty host binds all interfaces, port 0 picks a free port). Unset or empty (the "
           "default), no metrics are kept.", _metrics_listener_syntax),
+        d("admin.ui.write.enable", "boolean", False, "sharebroker only: let the live view on the metrics.listener "
+          "endpoint reset share-group offsets and delete groups (with the CLI's rules: empty groups only). Off by "
+          "default: the view is read-only."),
         d("process.roles", "list", (), "The roles of this node (broker, controller)." + _COMPAT, ListOf("broker", "controller")),
         d("controller.quorum.voters", "list", (), "KRaft controller voters." + _COMPAT),
         d("controller.quorum.bootstrap.servers", "list", (), "KRaft controller bootstrap servers." + _COMPAT),

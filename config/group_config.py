@@ -29,6 +29,7 @@ class GroupConfig:
     share_auto_offset_reset: str
     share_isolation_level: str
     share_renew_acknowledge_enable: bool
+    share_record_trace_enable: bool
     share_assignment_interval_ms: int
     errors_deadletterqueue_topic_name: str
     errors_deadletterqueue_copy_record_enable: bool

@@ -52,6 +52,9 @@ def _group_defs() -> list[GroupConfigDef]:
         g("share.isolation.level", "string", "read_uncommitted", "read_committed delivers only committed transactional "
           "records; read_uncommitted delivers all.", OneOf("read_committed", "read_uncommitted")),
         g("share.renew.acknowledge.enable", "boolean", True, "Whether consumers of this group may renew acquisition locks."),
+        g("share.record.trace.enable", "boolean", False, "sharebroker only (no Kafka group config has this name): "
+          "one structured log line (logger sharebroker.share.trace) for each acquisition, acknowledgement, release, "
+          "lock expiry and archive of this share group's records. Takes effect at once."),
         g("share.assignment.interval.ms", "int", 1000, "Minimum time between assignment updates of this share group.",
           AtLeast(0), synonym="group.share.assignment.interval.ms", min_config="group.share.min.assignment.interval.ms",
           max_config="group.share.max.assignment.interval.ms"),

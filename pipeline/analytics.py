@@ -237,26 +237,75 @@ def segment_records(seg: Segment, chunk: int = 10_000) -> Iterator[dict[str, lis
     """The records of one segment as column dicts (RECORD_COLUMNS) of about `chunk` rows, cut at
     batch boundaries; compressed batches are decoded, control batches skipped. `headers` is the
     number of record headers."""
-    with _mapped(seg.path) as buf:
-        cols: dict[str, list] = {c: [] for c in RECORD_COLUMNS}
-        for h, records in _data_records(buf, seg):
-            n = len(records)
-            cols["topic"] += [seg.topic] * n
-            cols["partition"] += [seg.partition] * n
-            cols["timestamp_type"] += [h.timestamp_type] * n
-            cols["producer_id"] += [h.producer_id] * n
-            cols["compression"] += [h.compression] * n
-            for r in records:
-                cols["offset"].append(r.offset)
-                cols["timestamp"].append(r.timestamp)
-                cols["key"].append(r.key)
-                cols["value"].append(r.value)
-                cols["headers"].append(len(r.headers))
-            if len(cols["offset"]) >= chunk:
-                yield cols
-                cols = {c: [] for c in RECORD_COLUMNS}
-        if cols["offset"]:
+    yield from SegmentScan(seg, chunk)
+
+
+class SegmentScan:
+    """One walk over a segment giving both its records (iterate: column dicts as segment_records)
+    and, once iterated, its `summary` (as summarize_segment): the report reads each file once."""
+
+    def __init__(self, seg: Segment, chunk: int = 10_000) -> None:
+        self.seg = seg
+        self.chunk = chunk
+        self.summary: SegmentSummary | None = None
+
+    def __iter__(self) -> Iterator[dict[str, list]]:
+        seg, chunk = self.seg, self.chunk
+        with _mapped(seg.path) as buf:
+            walk = iter_batch_headers(buf)
+            counts = {"batches": 0, "records": 0, "control": 0, "crc_errors": 0}
+            state = {"next": seg.base_offset, "first_ts": -1, "last_ts": -1}
+
+            def data_batches() -> Iterator[tuple[BatchHeader, list[Any]]]:
+                for h in walk:
+                    counts["batches"] += 1
+                    state["next"] = h.next_offset
+                    if batch_crc(buf, h) != h.crc:
+                        counts["crc_errors"] += 1
+                        continue
+                    if h.is_control:
+                        counts["control"] += 1
+                        continue
+                    counts["records"] += h.record_count
+                    if state["first_ts"] < 0 or h.base_timestamp < state["first_ts"]:
+                        state["first_ts"] = h.base_timestamp
+                    state["last_ts"] = max(state["last_ts"], h.max_timestamp)
+                    try:
+                        records = decode_records(buf[h.position:h.position + h.size])
+                    except ImportError:
+                        raise
+                    except Exception as exc:  # a CRC-valid batch its producer wrote broken: say where
+                        raise ValueError(f"{seg.path}: batch at offset {h.base_offset} does not decode: {exc}") from exc
+                    yield h, records
+
+            yield from _record_columns(seg, data_batches(), chunk)
+            torn_bytes = len(buf) - walk.position
+            self.summary = SegmentSummary(counts["batches"], counts["records"], counts["control"],
+                                          counts["crc_errors"], state["next"], state["first_ts"], state["last_ts"],
+                                          walk.stopped_by if torn_bytes else None, torn_bytes)
+
+
+def _record_columns(seg: Segment, batches: Iterable[tuple[BatchHeader, list[Any]]],
+                    chunk: int) -> Iterator[dict[str, list]]:
+    """Decoded batches as RECORD_COLUMNS column dicts of about `chunk` rows."""
+    cols: dict[str, list] = {c: [] for c in RECORD_COLUMNS}
+    for h, records in batches:
+        n = len(records)
+        cols["topic"] += [seg.topic] * n
+        cols["partition"] += [seg.partition] * n
+        cols["timestamp_type"] += [h.timestamp_type] * n
+        cols["producer_id"] += [h.producer_id] * n
+        cols["compression"] += [h.compression] * n
+        cols["offset"] += [r.offset for r in records]
+        cols["timestamp"] += [r.timestamp for r in records]
+        cols["key"] += [r.key for r in records]
+        cols["value"] += [r.value for r in records]
+        cols["headers"] += [len(r.headers) for r in records]
+        if len(cols["offset"]) >= chunk:
             yield cols
+            cols = {c: [] for c in RECORD_COLUMNS}
+    if cols["offset"]:
+        yield cols
 
 
 # -- __share_group_state ------------------------------------------------------------------------

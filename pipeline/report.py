@@ -19,12 +19,14 @@ archived records with a payload preview, and throughput over time, and writes `r
 
 from __future__ import annotations
 
+import heapq
+import shutil
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +40,8 @@ from sharebroker.pipeline.analytics import (
     RECORD_COLUMNS,
     STATE_COLUMNS,
     Segment,
+    SegmentScan,
+    SegmentSummary,
     committed_offsets,
     consumer_offset_rows,
     consumption_begin,
@@ -46,7 +50,6 @@ from sharebroker.pipeline.analytics import (
     list_segments,
     log_start_offsets,
     replay_state,
-    segment_records,
     share_state_rows,
     split_segments,
     state_counts,
@@ -55,6 +58,11 @@ from sharebroker.pipeline.analytics import (
 )
 
 PREVIEW_BYTES = 64
+TASKS_PER_CORE = 3  # input partitions per core for the segment parsing
+SEGMENT_COST_BYTES = 256 * 1024  # what opening a segment costs, in bytes read, when balancing tasks
+TOP_LINES = 8  # lines of the throughput chart and bar groups of the delivery-count chart (the rest summed)
+TOP = 15  # rows of each "top" table of the summary, and bars or lines of each chart (the rest aggregated)
+LONG_TABLE = 25  # tables longer than this go into a collapsed <details> section
 ARCHIVED_LISTED = 1000  # archived records kept in the summary and report.md; all are in archived/
 SERIES_ROWS = 120  # throughput buckets listed in report.md; all are in throughput/
 
@@ -80,6 +88,8 @@ OFFSETS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("pa
                             ("offset", pa.int64()), ("commit_timestamp", pa.int64()),
                             ("offsets_partition", pa.int32()), ("log_offset", pa.int64()),
                             ("log_timestamp", pa.int64())])
+# One pass over a user segment gives its records and, last, one row with its summary.
+PARSED_SCHEMA = pa.schema([*RECORDS_SCHEMA, pa.field("segment", pa.struct(list(SEGMENTS_SCHEMA)))])
 # The parsers' column dicts go into these schemas by name: keep the two in step.
 assert tuple(RECORDS_SCHEMA.names) == RECORD_COLUMNS and tuple(STATE_SCHEMA.names) == STATE_COLUMNS
 assert tuple(OFFSETS_SCHEMA.names) == OFFSET_COLUMNS and tuple(BATCH_TYPE.names) == BATCH_FIELDS
@@ -136,11 +146,18 @@ _SEGMENT_SCHEMA = pa.schema([("path", pa.string()), ("topic", pa.string()), ("pa
 
 
 def _segments_frame(spark: SparkSession, segments: list[Segment]) -> DataFrame:
-    """One row and one input partition per segment: the unit the parsing is spread by. Largest
-    first, so a big segment does not start last and hold the job up."""
-    rows = [(s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id)
-            for s in sorted(segments, key=lambda s: -s.size)]
-    rdd = spark.sparkContext.parallelize(rows, max(1, len(rows)))
+    """The segments as rows, spread over a few input partitions of about equal bytes (largest
+    first into the lightest, so one big segment does not start last): a Spark task and its Python
+    worker cost tens of milliseconds, so hundreds of small segments each in a task of its own spent
+    more time starting tasks than reading logs."""
+    tasks = max(1, min(len(segments), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
+    bins: list[list[tuple]] = [[] for _ in range(tasks)]
+    heap = [(0, i) for i in range(tasks)]
+    for seg in sorted(segments, key=lambda s: -s.size):
+        size, i = heapq.heappop(heap)
+        bins[i].append((seg.path, seg.topic, seg.partition, seg.base_offset, seg.size, seg.topic_id))
+        heapq.heappush(heap, (size + seg.size + SEGMENT_COST_BYTES, i))
+    rdd = spark.sparkContext.parallelize(bins, tasks).flatMap(lambda rows: rows)
     return spark.createDataFrame(rdd, _ddl(_SEGMENT_SCHEMA))
 
 
@@ -151,14 +168,20 @@ def _segments_of(batches: Iterator[pa.RecordBatch]) -> Iterator[Segment]:
                           row["topic_id"])
 
 
-def _records_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _parse_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each user segment read once: its records, then one row holding its summary."""
+    no_record = {c: [None] for c in RECORD_COLUMNS}
     for seg in _segments_of(batches):
-        for cols in segment_records(seg):
-            yield pa.RecordBatch.from_pydict(cols, schema=RECORDS_SCHEMA)
+        scan = SegmentScan(seg)
+        for cols in scan:
+            yield pa.RecordBatch.from_pydict({**cols, "segment": [None] * len(cols["offset"])}, schema=PARSED_SCHEMA)
+        assert scan.summary is not None
+        yield pa.RecordBatch.from_pydict({**no_record, "segment": [_summary_row(seg, scan.summary)]},
+                                         schema=PARSED_SCHEMA)
 
 
-def _summary_row(seg: Segment) -> dict[str, object]:
-    s = summarize_segment(seg)
+def _summary_row(seg: Segment, summary: SegmentSummary | None = None) -> dict[str, object]:
+    s = summary or summarize_segment(seg)
     return {"path": seg.path, "topic": seg.topic, "partition": seg.partition, "base_offset": seg.base_offset,
             "next_offset": s.next_offset, "bytes": seg.size, "batches": s.batches, "records": s.records,
             "control_batches": s.control_batches, "crc_errors": s.crc_errors, "first_timestamp": s.first_timestamp,
@@ -225,9 +248,19 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
         # With the schema given, an empty table reads back empty, and a topic named "123" stays a string.
         return spark.read.schema(_ddl(schema)).parquet(str(output_dir / name))
 
-    # -- segments ------------------------------------------------------------------------------
-    say("summarizing segments -> segments/")
-    seg_rows = [r.asDict() for r in parse(segments, _summary_task, SEGMENTS_SCHEMA).collect()]
+    # -- records and segments: each user segment read once --------------------------------------
+    say("parsing records -> records/, segments/")
+    from pyspark import StorageLevel
+    parsed = parse(kinds.user, _parse_task, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        parsed.where(F.col("segment").isNull()).select(*RECORD_COLUMNS).write.mode("overwrite") \
+            .partitionBy("topic").parquet(str(output_dir / "records"))
+        seg_rows = [r.segment.asDict() for r in parsed.where(F.col("segment").isNotNull()).select("segment").collect()]
+    finally:
+        parsed.unpersist()
+    records = table("records", RECORDS_SCHEMA)
+    # The internal topics' segments are summarized apart (their records are parsed below, by kind).
+    seg_rows += [r.asDict() for r in parse([s for s in segments if s.internal], _summary_task, SEGMENTS_SCHEMA).collect()]
     seg_rows += [_summary_row(s) for s in segments if s.size == 0]
     spark.createDataFrame(seg_rows, _ddl(SEGMENTS_SCHEMA)).coalesce(1).write.mode("overwrite") \
         .parquet(str(output_dir / "segments"))
@@ -245,12 +278,6 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
             if r["first_timestamp"] >= 0:
                 first_ts = r["first_timestamp"] if first_ts < 0 else min(first_ts, r["first_timestamp"])
                 last_ts = max(last_ts, r["last_timestamp"])
-
-    # -- records -------------------------------------------------------------------------------
-    say("parsing records -> records/")
-    parse(kinds.user, _records_task, RECORDS_SCHEMA).write.mode("overwrite").partitionBy("topic") \
-        .parquet(str(output_dir / "records"))
-    records = table("records", RECORDS_SCHEMA)
 
     # -- share-group state ---------------------------------------------------------------------
     say("parsing __share_group_state -> share_state/, share_state_ranges/")
@@ -326,7 +353,8 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
         series[row.topic].append((row.bucket_start, row["count"]))
     summary.throughput = {t: sorted(v) for t, v in sorted(series.items())}
 
-    say("writing report.md and charts")
+    say("writing report.md, charts, share_lag/ and classic_lag/")
+    _lag_tables(summary, output_dir)
     _charts(summary, output_dir)
     (output_dir / "report.md").write_text(_markdown(summary, data_dir))
     return summary
@@ -335,77 +363,172 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
 # -- report.md ------------------------------------------------------------------------------------
 
 
-def _table(header: list[str], rows: list[list[object]]) -> str:
+def _table(header: list[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _folded(title: str, body: str, rows: int) -> str:
+    """A long table in a collapsed <details> section (GitHub and most Markdown viewers fold it);
+    a short one as it is."""
+    if rows <= LONG_TABLE:
+        return body
+    return f"<details><summary>{title} ({rows} rows)</summary>\n\n{body}\n</details>\n"
 
 
 def _utc(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _top(items: Mapping[Any, int], n: int = TOP) -> list[tuple[Any, int]]:
+    """The n largest non-zero values, largest first (ties by key)."""
+    return sorted(((k, v) for k, v in items.items() if v > 0), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+def _redelivered(s: ReportSummary) -> dict[str, int]:
+    """Per share group, records delivered more than once (the delivery-count histogram above 1)."""
+    return {g: sum(n for c, n in counts.items() if c > 1) for g, counts in s.delivery_counts.items()}
+
+
+def _summary_section(s: ReportSummary) -> str:
+    share_groups = {g for g, _, _ in s.share_lag}
+    classic_groups = {g for g, _, _ in s.classic_lag}
+    group_lag: Counter[str] = Counter()
+    for (g, _t, _p), n in s.share_remaining.items():
+        group_lag[g] += n
+    archived_by_group: Counter[str] = Counter()
+    for (g, _t, _p), states in s.share_states.items():
+        archived_by_group[g] += states.get("archived", 0)
+    out = [f"## Summary\n\n{len(s.log_end)} partitions of {len({t for t, _ in s.log_end})} user topics, "
+           f"{sum(s.records.values())} records in {s.segments} segments; {len(share_groups)} share groups, "
+           f"{len(classic_groups)} classic groups with committed offsets; share-group lag "
+           f"{sum(s.share_remaining.values())} records in all, {sum(_redelivered(s).values())} records redelivered, "
+           f"{s.archived_total} archived. The largest of each below (at most {TOP} rows; the full tables follow, "
+           "and every table is in the Parquet output).\n"]
+    if s.torn_segments or s.crc_errors:
+        out.append(f"{len(s.torn_segments)} segments end in a torn batch, {sum(s.crc_errors.values())} batches "
+                   "failed their CRC (see Topics).\n")
+    top_parts = _top(s.share_remaining)
+    if top_parts:
+        out.append("### Share partitions with the most lag\n\n" + _table(
+            ["group", "topic", "partition", "remaining", "start offset"],
+            [[g, t, p, n, s.share_start[(g, t, p)]] for (g, t, p), n in top_parts]))
+    top_groups = _top(group_lag)
+    if top_groups:
+        out.append("### Share groups with the most lag\n\n" + _table(
+            ["group", "remaining (all partitions)"], [[g, n] for g, n in top_groups]))
+    top_redelivered = _top(_redelivered(s))
+    if top_redelivered:
+        out.append("### Share groups with the most redeliveries\n\n" + _table(
+            ["group", "records delivered more than once", "highest delivery count"],
+            [[g, n, max(s.delivery_counts[g])] for g, n in top_redelivered]))
+    top_archived = _top(archived_by_group)
+    if top_archived:
+        out.append("### Share groups with the most archived records\n\n" + _table(
+            ["group", "archived at/after the start offset"], [[g, n] for g, n in top_archived]))
+    top_classic = _top(s.classic_lag)
+    if top_classic:
+        out.append("### Classic groups' partitions with the most lag\n\n" + _table(
+            ["group", "topic", "partition", "lag"], [[g, t, p, n] for (g, t, p), n in top_classic]))
+    return "\n".join(out)
+
+
 def _markdown(s: ReportSummary, data_dir: Path) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = [f"# Queue report: {data_dir}\n\nMade {when} by `sharebroker pipeline report` from the files "
-           f"themselves ({s.segments} segments). The tables are next to this file as Parquet.\n"]
-    out.append("## Topics\n\n" + (_table(
-        ["topic", "partition", "records", "log start offset", "log end offset"],
-        [[t, p, s.records[(t, p)], s.log_start[(t, p)], s.log_end[(t, p)]] for t, p in sorted(s.log_end)])
+           f"themselves ({s.segments} segments). The tables are next to this file as Parquet "
+           "(`records/`, `segments/`, `share_state/`, `share_state_ranges/`, `share_lag/`, `consumer_offsets/`, "
+           "`classic_lag/`, `archived/`, `throughput/`).\n", _summary_section(s)]
+    topic_rows = [[t, p, s.records[(t, p)], s.log_start[(t, p)], s.log_end[(t, p)]] for t, p in sorted(s.log_end)]
+    out.append("## Topics\n\n" + (_folded("All partitions", _table(
+        ["topic", "partition", "records", "log start offset", "log end offset"], topic_rows), len(topic_rows))
         if s.log_end else "No user topics.\n"))
     if s.torn_segments:
-        out.append("Segments ending in a torn batch (a live broker's active segment, or a crash); read up to "
-                   "the last whole batch:\n\n" + "".join(f"- `{p}`: {why}\n" for p, why in s.torn_segments))
+        out.append(_folded("Segments ending in a torn batch", "Segments ending in a torn batch (a live broker's "
+                           "active segment, or a crash); read up to the last whole batch:\n\n"
+                           + "".join(f"- `{p}`: {why}\n" for p, why in s.torn_segments), len(s.torn_segments)))
     if s.crc_errors:
-        out.append("Whole batches skipped for a CRC mismatch:\n\n"
-                   + "".join(f"- `{p}`: {n}\n" for p, n in sorted(s.crc_errors.items())))
+        out.append(_folded("Batches skipped for a CRC mismatch", "Whole batches skipped for a CRC mismatch:\n\n"
+                           + "".join(f"- `{p}`: {n}\n" for p, n in sorted(s.crc_errors.items())), len(s.crc_errors)))
 
+    lag_rows = [[g, t, p, s.share_start[(g, t, p)], lag, s.share_remaining.get((g, t, p), "?"),
+                 *(s.share_states[(g, t, p)].get(k, 0) for k in ("available", "acknowledged", "archived", "unrecorded"))]
+                for (g, t, p), lag in sorted(s.share_lag.items())]
     out.append("## Share groups: lag\n\nLag = log end offset - share-partition start offset. Remaining = lag - "
                "records already completed above the start offset (Kafka's DescribeShareGroupOffsets lag). The "
                "state columns count records at/after the start offset by their persisted state; unrecorded = "
-               "not delivered yet, or acquired when the broker stopped.\n\n"
-               + (_table(["group", "topic", "partition", "start offset", "lag", "remaining", "available",
-                          "acknowledged", "archived", "unrecorded"],
-                         [[g, t, p, s.share_start[(g, t, p)], lag, s.share_remaining.get((g, t, p), "?"),
-                           *(s.share_states[(g, t, p)].get(k, 0)
-                             for k in ("available", "acknowledged", "archived", "unrecorded"))]
-                          for (g, t, p), lag in sorted(s.share_lag.items())])
-                  if s.share_lag else "No share groups.\n") + "\n![lag](lag.png)\n")
+               "not delivered yet, or acquired when the broker stopped. The chart shows the partitions with the "
+               f"most lag ({TOP} at most, the rest summed in one bar).\n\n![lag](lag.png)\n\n"
+               + (_folded("Every share partition", _table(
+                   ["group", "topic", "partition", "start offset", "lag", "remaining", "available",
+                    "acknowledged", "archived", "unrecorded"], lag_rows), len(lag_rows))
+                  if s.share_lag else "No share groups.\n"))
+    hist_rows = [[g, c, n] for g, counts in s.delivery_counts.items() for c, n in counts.items()]
     out.append("## Share groups: delivery counts\n\nRecords by the highest delivery count the share-group state "
                "recorded for them. Records completed in order below the start offset count once: the state "
                "keeps no ranges below the start offset, nor acquisitions (a record redelivered and then "
                "accepted by the write that moved the start offset past it shows its last persisted count).\n\n"
-               + (_table(["group", "delivery count", "records"],
-                         [[g, c, n] for g, counts in s.delivery_counts.items() for c, n in counts.items()])
-                  if s.delivery_counts else "None.\n") + "\n![delivery counts](delivery_counts.png)\n")
+               "![delivery counts](delivery_counts.png)\n\n"
+               + (_folded("Every group", _table(["group", "delivery count", "records"], hist_rows), len(hist_rows))
+                  if s.delivery_counts else "None.\n"))
+    archived_rows = [[a.group, a.topic, a.partition, a.offset, a.delivery_count,
+                      _utc(a.timestamp // 1000) if a.timestamp >= 0 else "-", f"`{a.preview}`"] for a in s.archived]
     out.append(f"## Archived (poison) records\n\n{s.archived_total} archived offsets in the logs"
                + (f"; the first {len(s.archived)} found in records/ below (all in archived/)" if s.archived else "")
                + ".\n\n"
-               + (_table(["group", "topic", "partition", "offset", "delivery count", "timestamp", "payload preview"],
-                         [[a.group, a.topic, a.partition, a.offset, a.delivery_count,
-                           _utc(a.timestamp // 1000) if a.timestamp >= 0 else "-", f"`{a.preview}`"]
-                          for a in s.archived]) if s.archived else ""))
+               + (_folded("Archived records", _table(
+                   ["group", "topic", "partition", "offset", "delivery count", "timestamp", "payload preview"],
+                   archived_rows), len(archived_rows)) if s.archived else ""))
+    classic_rows = [[g, t, p, s.classic_committed[(g, t, p)], lag] for (g, t, p), lag in sorted(s.classic_lag.items())]
     out.append("## Classic consumer groups: lag\n\n"
-               + (_table(["group", "topic", "partition", "committed offset", "lag"],
-                         [[g, t, p, s.classic_committed[(g, t, p)], lag]
-                          for (g, t, p), lag in sorted(s.classic_lag.items())])
+               + (_folded("Every committed partition", _table(["group", "topic", "partition", "committed offset", "lag"],
+                                                               classic_rows), len(classic_rows))
                   if s.classic_lag else "No committed offsets.\n"))
     rows = []
-    for topic, series in s.throughput.items():
+    for topic, series in sorted(s.throughput.items(), key=lambda kv: -sum(c for _, c in kv[1])):
         n = sum(c for _, c in series)
         span = series[-1][0] - series[0][0] + s.throughput_bucket_s
         rows.append([topic, _utc(series[0][0]), _utc(series[-1][0] + s.throughput_bucket_s), n,
                      max(c for _, c in series), f"{n / span:.1f}"])
-    out.append(f"## Throughput\n\nBy record timestamp, in buckets of {s.throughput_bucket_s} s.\n\n"
-               + (_table(["topic", "from (UTC)", "to (UTC)", "records", "peak per bucket", "mean per second"], rows)
-                  if rows else "No records.\n") + "\n![throughput](throughput.png)\n")
+    out.append(f"## Throughput\n\nBy record timestamp, in buckets of {s.throughput_bucket_s} s; the chart shows "
+               f"the {TOP_LINES} busiest topics and the others summed.\n\n![throughput](throughput.png)\n\n"
+               + (_folded("Every topic, busiest first", _table(
+                   ["topic", "from (UTC)", "to (UTC)", "records", "peak per bucket", "mean per second"], rows), len(rows))
+                  if rows else "No records.\n"))
     points = [(t, b, c) for t, series in s.throughput.items() for b, c in series]
     if points:
         shown = points[:SERIES_ROWS]
-        out.append(_table(["topic", "bucket start (UTC)", "records"], [[t, _utc(b), c] for t, b, c in shown])
-                   + (f"\n({len(points) - SERIES_ROWS} more buckets in throughput/)\n"
-                      if len(points) > SERIES_ROWS else ""))
+        out.append(_folded("Buckets", _table(["topic", "bucket start (UTC)", "records"],
+                                             [[t, _utc(b), c] for t, b, c in shown])
+                           + (f"\n({len(points) - SERIES_ROWS} more buckets in throughput/)\n"
+                              if len(points) > SERIES_ROWS else ""), len(shown)))
     return "\n".join(out)
+
+
+def _lag_tables(s: ReportSummary, out: Path) -> None:
+    """share_lag/ and classic_lag/: the lag tables of report.md in full, as Parquet."""
+    import pyarrow.parquet as pq
+
+    share = pa.Table.from_pylist(
+        [{"group": g, "topic": t, "partition": p, "start_offset": s.share_start[(g, t, p)], "lag": lag,
+          "remaining": s.share_remaining.get((g, t, p)), **{f"{k}_records": s.share_states[(g, t, p)].get(k, 0)
+                                                            for k in ("available", "acknowledged", "archived",
+                                                                      "unrecorded")}}
+         for (g, t, p), lag in sorted(s.share_lag.items())],
+        schema=pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                          ("start_offset", pa.int64()), ("lag", pa.int64()), ("remaining", pa.int64()),
+                          ("available_records", pa.int64()), ("acknowledged_records", pa.int64()),
+                          ("archived_records", pa.int64()), ("unrecorded_records", pa.int64())]))
+    classic = pa.Table.from_pylist(
+        [{"group": g, "topic": t, "partition": p, "committed_offset": s.classic_committed[(g, t, p)], "lag": lag}
+         for (g, t, p), lag in sorted(s.classic_lag.items())],
+        schema=pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                          ("committed_offset", pa.int64()), ("lag", pa.int64())]))
+    for name, tbl in (("share_lag", share), ("classic_lag", classic)):
+        shutil.rmtree(out / name, ignore_errors=True)
+        (out / name).mkdir()
+        pq.write_table(tbl, out / name / "part-00000.parquet")
 
 
 def _charts(s: ReportSummary, out: Path) -> None:
@@ -413,52 +536,79 @@ def _charts(s: ReportSummary, out: Path) -> None:
     matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    # Throughput: the busiest TOP_LINES topics and the rest summed, the legend beside the plot.
+    fig, ax = plt.subplots(figsize=(10, 4))
     bucket = s.throughput_bucket_s
     origin = min((series[0][0] for series in s.throughput.values()), default=0)
     unit, per = (("minutes", 60) if bucket < 3600 else ("hours", 3600)) if bucket >= 60 else ("seconds", 1)
-    for topic, series in s.throughput.items():
-        per_bucket = dict(series)
-        last = series[-1][0]
+    ranked = sorted(s.throughput.items(), key=lambda kv: (-sum(c for _, c in kv[1]), kv[0]))
+    lines: list[tuple[str, dict[int, int]]] = [(t, dict(series)) for t, series in ranked[:TOP_LINES]]
+    if len(ranked) > TOP_LINES:
+        rest: Counter[int] = Counter()
+        for _t, series in ranked[TOP_LINES:]:
+            for b, c in series:
+                rest[b] += c
+        lines.append((f"{len(ranked) - TOP_LINES} other topics", dict(rest)))
+    for label, per_bucket in lines:
+        first, last = min(per_bucket), max(per_bucket)
         # Empty buckets drawn as zero (a line would bridge a pause), and a closing step at the end.
-        starts = range(series[0][0], last + 2 * bucket, bucket) if (last - series[0][0]) // bucket < 100_000 \
-            else [b for b, _ in series] + [last + bucket]
+        starts = range(first, last + 2 * bucket, bucket) if (last - first) // bucket < 100_000 \
+            else sorted(per_bucket) + [last + bucket]
         ax.plot([(b - origin) / per for b in starts], [per_bucket.get(b, 0) / bucket for b in starts],
-                drawstyle="steps-post", label=topic)
+                drawstyle="steps-post", label=label, linewidth=1)
     ax.set_xlabel(f"{unit} since {_utc(origin)} UTC" if s.throughput else "time")
     ax.set_ylabel("records/s")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Throughput by record timestamp ({bucket} s buckets)")
-    if s.throughput:
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out / "throughput.png", dpi=100)
+    if lines:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.savefig(out / "throughput.png", dpi=100, bbox_inches="tight")
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    groups = sorted(s.delivery_counts)
-    counts = sorted({c for g in groups for c in s.delivery_counts[g]})
-    width = 0.8 / max(1, len(groups))
-    for i, g in enumerate(groups):
-        ax.bar([c + i * width for c in counts], [s.delivery_counts[g].get(c, 0) for c in counts], width, label=g)
+    # Delivery counts: the TOP_LINES groups with the most redeliveries, the others summed.
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ranked_groups = sorted(s.delivery_counts, key=lambda g: (-_redelivered(s).get(g, 0), g))
+    series_by_label: list[tuple[str, dict[int, int]]] = [(g, s.delivery_counts[g]) for g in ranked_groups[:TOP_LINES]]
+    if len(ranked_groups) > TOP_LINES:
+        others: Counter[int] = Counter()
+        for g in ranked_groups[TOP_LINES:]:
+            others.update(s.delivery_counts[g])
+        series_by_label.append((f"{len(ranked_groups) - TOP_LINES} other groups", dict(others)))
+    counts = sorted({c for _, d in series_by_label for c in d})
+    width = 0.8 / max(1, len(series_by_label))
+    for i, (label, d) in enumerate(series_by_label):
+        ax.bar([c + i * width for c in counts], [d.get(c, 0) for c in counts], width, label=label)
     ax.set_xticks([c + 0.4 - width / 2 for c in counts], [str(c) for c in counts])
     ax.set_xlabel("highest delivery count")
     ax.set_ylabel("records")
+    ax.set_yscale("log" if series_by_label and max(max(d.values()) for _, d in series_by_label) > 1000 else "linear")
     ax.set_title("Delivery counts")
-    if groups:
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out / "delivery_counts.png", dpi=100)
+    if series_by_label:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.savefig(out / "delivery_counts.png", dpi=100, bbox_inches="tight")
     plt.close(fig)
 
-    bars = [(f"{g} {t}-{p} (share)", lag, "tab:blue") for (g, t, p), lag in sorted(s.share_lag.items())]
-    bars += [(f"{g} {t}-{p} (classic)", lag, "tab:orange") for (g, t, p), lag in sorted(s.classic_lag.items())]
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.35 * len(bars) + 1)))
+    # Lag: the TOP partitions with the most lag (share: remaining, classic: lag), the rest in one bar.
+    lags = [(f"{g} {t}-{p} (share)", n, "tab:blue") for (g, t, p), n in s.share_remaining.items()]
+    lags += [(f"{g} {t}-{p} (classic)", n, "tab:orange") for (g, t, p), n in s.classic_lag.items()]
+    lags.sort(key=lambda x: (-x[1], x[0]))
+    bars = lags[:TOP]
+    if len(lags) > TOP:
+        bars.append((f"{len(lags) - TOP} other partitions (sum)", sum(n for _, n, _ in lags[TOP:]), "tab:gray"))
+    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.3 * len(bars) + 1.2)))
     ax.barh(range(len(bars)), [lag for _, lag, _ in bars], color=[colour for _, _, colour in bars])
+    if len(lags) > TOP and lags[0][1] > 0:
+        # The summed bar would flatten the others: the axis follows the largest partition, and the
+        # sum is written on its (cut) bar.
+        limit = lags[0][1] * 1.25
+        ax.set_xlim(0, limit)
+        ax.text(limit * 0.98, len(bars) - 1, f"{bars[-1][1]:,}", ha="right", va="center", fontsize="small",
+                color="white")
     ax.set_yticks(range(len(bars)), [label for label, _, _ in bars], fontsize="x-small")
     ax.invert_yaxis()
     ax.set_xlabel("records")
-    ax.set_title("Lag per group and partition")
+    ax.set_title(f"Lag per group and partition (the {min(TOP, len(lags))} largest"
+                 + (", the rest summed)" if len(lags) > TOP else ")"))
     fig.tight_layout()
     fig.savefig(out / "lag.png", dpi=100)
     plt.close(fig)

@@ -52,6 +52,11 @@ class ShareLeaders(Protocol):
 
     def drop(self, leader: SharePartitionLeader) -> None: ...
 
+    @property
+    def traced_groups(self) -> set[str]: ...
+
+    def set_traced(self, group_id: str, enabled: bool) -> None: ...
+
 
 class ShareGroupCoordinator:
     metrics: Recorder = NULL_RECORDER  # counts rebalances; the broker sets its recorder
@@ -145,6 +150,7 @@ class ShareGroupCoordinator:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.apply_trace_configs()  # the group configs loaded, the leaders wired in
         self._sweeper = loop.create_task(self._sweep_forever(), name="share-group-expiry")
 
     async def stop(self) -> None:
@@ -251,8 +257,17 @@ class ShareGroupCoordinator:
         self.configs = configs
         self.invalidate_configs()
 
+    def apply_trace_configs(self) -> None:
+        """share.record.trace.enable of every group with overrides, to the share-partition leaders."""
+        leaders = self.leaders
+        if leaders is None:
+            return
+        for group_id in set(self.configs) | set(leaders.traced_groups):
+            leaders.set_traced(group_id, self.config(group_id).share_record_trace_enable)
+
     def invalidate_configs(self) -> None:
         self._config_cache.clear()
+        self.apply_trace_configs()  # a broker default it follows may have changed
 
     # -- heartbeat -------------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections import deque
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,8 +38,23 @@ if TYPE_CHECKING:
     from sharebroker.broker.topics import Partition
 
 log = get_logger("sharebroker.share")
+trace_log = get_logger("sharebroker.share.trace")
 
 LATEST, EARLIEST = -1, -2
+HISTORY_EVENTS = 256  # record events a leader remembers for the admin view's delivery history
+_STATE_NAMES = {0: "available", 1: "acquired", 2: "acknowledged", 3: "archiving", 4: "archived"}
+_ACK_NAMES = {0: "gap", 1: "accept", 2: "release", 3: "reject", 4: "renew"}
+
+
+@dataclass(frozen=True, slots=True)
+class RecordEvent:
+    """One change of a range of records (the admin view's delivery history, the trace log line)."""
+    wall_ms: int
+    kind: str  # acquire, accept, release, reject, renew, gap, expire, archive
+    first: int
+    last: int
+    member: str
+    delivery_count: int
 
 
 def _map_persister_error(exc: KafkaError) -> KafkaError:
@@ -102,6 +118,39 @@ class SharePartitionLeader:
         self._dlq_task: asyncio.Task[None] | None = None
         self._dlq_resume = False
         self._archiving_writes = 0  # lock-expiry writes with ARCHIVING records not yet settled
+        # Record events: kept (history, bounded) while the admin view is on, logged while the
+        # group's share.record.trace.enable is; `observed` is the one check the hot paths make.
+        self.history: deque[RecordEvent] | None = None
+        self.trace = False
+        self.observed = False
+
+    def observe(self, *, history: bool, trace: bool) -> None:
+        if history and self.history is None:
+            self.history = deque(maxlen=HISTORY_EVENTS)
+        elif not history:
+            self.history = None
+        self.trace = trace
+        self.observed = history or trace
+
+    def _events(self, kind: str, member: str, ranges: Iterable[tuple[int, int, int]]) -> None:
+        """Remember and/or log (first, last, delivery count) ranges that changed by `kind`."""
+        now = self.clock.wall_ms()
+        history = self.history
+        for first, last, count in ranges:
+            event = RecordEvent(now, kind, first, last, member, count)
+            if history is not None:
+                history.append(event)
+            if self.trace:
+                trace_log.info("share record " + kind, group=self.group_id, topic=self.partition.topic.name,
+                               partition=self.partition.index, first_offset=first, last_offset=last,
+                               member=member or None, delivery_count=count)
+
+    def _write_events(self, write: StateWrite, kind: str, member: str) -> None:
+        """A release or expiry write's ranges: back to AVAILABLE (`kind`) or archived."""
+        self._events(kind, member, ((b.first_offset, b.last_offset, b.delivery_count)
+                                    for b in write.batches if b.state != 4))
+        self._events("archive", member, ((b.first_offset, b.last_offset, b.delivery_count)
+                                         for b in write.batches if b.state == 4))
 
     @property
     def key(self) -> tuple[str, Any, int]:
@@ -336,6 +385,8 @@ class SharePartitionLeader:
                               aborted_batches=aborted)
         if not acquired:
             return Acquisition(b"", [])
+        if self.observed:
+            self._events("acquire", member_id, ((a.first_offset, a.last_offset, a.delivery_count) for a in acquired))
         self._arm_timer()
         lo, hi = acquired[0].first_offset, acquired[-1].last_offset
         start = end = None
@@ -370,14 +421,40 @@ class SharePartitionLeader:
         write = sp.acknowledge(member_id, batches, limits=limits, now_ms=self.clock.monotonic_ms(), is_renew=is_renew)
         if write is None:
             self._arm_timer()
+            if self.observed:
+                self._ack_events(member_id, batches, None)
             return
         await self._persist(write)
+        if self.observed:
+            self._ack_events(member_id, batches, write)
+
+    def _ack_events(self, member_id: str, batches: list[tuple[int, int, list[int]]], write: StateWrite | None) -> None:
+        """Acknowledgements as events by type (runs of one type in a per-offset list), and the
+        ranges the write archived (a reject, or a release at the delivery count limit)."""
+        counts = {(b.first_offset, b.last_offset): b.delivery_count for b in write.batches} if write else {}
+        for first, last, types in batches:
+            if len(types) == 1:
+                runs = [(first, last, types[0])]
+            else:
+                runs = []
+                for offset, t in zip(range(first, last + 1), types):
+                    if runs and runs[-1][2] == t and runs[-1][1] == offset - 1:
+                        runs[-1] = (runs[-1][0], offset, t)
+                    else:
+                        runs.append((offset, offset, t))
+            for lo, hi, t in runs:
+                self._events(_ACK_NAMES.get(t, str(t)), member_id, [(lo, hi, counts.get((lo, hi), -1))])
+        if write is not None:
+            self._events("archive", member_id, ((b.first_offset, b.last_offset, b.delivery_count)
+                                                for b in write.batches if b.state == 4))
 
     async def release_member(self, member_id: str) -> None:
         if self.sp is None:
             return
         write = self.sp.release_member(member_id, limits=self.owner.limits(self.group_id), now_ms=self.clock.monotonic_ms())
         if write is not None:
+            if self.observed:
+                self._write_events(write, "release", member_id)
             try:
                 await self._persist(write)
             except KafkaError:
@@ -419,6 +496,8 @@ class SharePartitionLeader:
         if write is None:
             self._arm_timer()
             return
+        if self.observed:
+            self._write_events(write, "expire", "")
         if self.metrics.enabled:
             self.metrics.locks_expired(self.metrics_key, write.expired)
             if write.expired_at_limit:
@@ -447,4 +526,4 @@ class SharePartitionLeader:
         self.fenced = True
 
 
-__all__ = ["SharePartitionLeader", "Acquisition"]
+__all__ = ["SharePartitionLeader", "Acquisition", "RecordEvent"]

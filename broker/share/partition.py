@@ -299,6 +299,10 @@ class SharePartition:
     def in_flight_ranges(self) -> list[tuple[int, int, RecordState, int, str]]:
         return [(p.first, p.last, p.state, p.count, p.owner) for p in self._map.pieces]
 
+    def ranges(self) -> list[Piece]:
+        """The cached state ranges in offset order, for the admin view to read (never to change)."""
+        return self._map.pieces
+
     def in_transition_ranges(self) -> list[tuple[int, int]]:
         return [(p.first, p.last) for p in self._map.pieces if p.txn is not None]
 

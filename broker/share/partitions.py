@@ -44,6 +44,20 @@ class SharePartitions:
         self._bound: set[int] = set()  # ids of connections whose close releases their sessions
         self.metrics: Recorder = NULL_RECORDER  # the broker's, when metrics.listener is set
         self.dead_letters = dead_letters  # share-group DLQ writes (KIP-1191)
+        self.history = False  # leaders keep a bounded record history (the admin view is on)
+        self.traced_groups: set[str] = set()  # groups with share.record.trace.enable=true
+
+    def set_traced(self, group_id: str, enabled: bool) -> None:
+        """Switch a group's record trace log lines on or off, for its leaders now and later."""
+        if enabled == (group_id in self.traced_groups):
+            return
+        if enabled:
+            self.traced_groups.add(group_id)
+        else:
+            self.traced_groups.discard(group_id)
+        for leader in self.leaders.values():
+            if leader.group_id == group_id:
+                leader.observe(history=self.history, trace=enabled)
 
     # -- configuration the leaders read -----------------------------------------------------------
 
@@ -60,6 +74,8 @@ class SharePartitions:
         leader = self.leaders.get(key)
         if leader is None:
             leader = SharePartitionLeader(self, self.persister, self.clock, group_id, partition, metrics=self.metrics)
+            if self.history or self.traced_groups:
+                leader.observe(history=self.history, trace=group_id in self.traced_groups)
             self.leaders[key] = leader
         return leader
 

@@ -240,8 +240,12 @@ def test_endpoint_answers_only_get_and_head_of_metrics(mbroker: Any) -> None:
                                                          "text/plain;version=0.0.4;q=0.5"})
     assert status == 200 and headers["content-type"].startswith("application/openmetrics-text")
     assert body.endswith(b"# EOF\n")
-    assert get(addr, "/")[0] == 404
+    assert get(addr, "/no-such-page")[0] == 404
     assert get(addr, "/metrics", method="POST")[0] == 405
+    # the live view shares the endpoint (test_admin_view.py)
+    status, headers, body = get(addr, "/")
+    assert status == 200 and headers["content-type"] == "text/html; charset=utf-8" and b"/static/view.js" in body
+    assert "script-src 'self'" in headers["content-security-policy"]
 
 
 def test_metrics_are_off_by_default(make_broker: Any) -> None:
