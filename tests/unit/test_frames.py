@@ -224,3 +224,20 @@ async def test_responses_written_in_one_turn_leave_in_one_send_and_close_flushes
     proto.write(b"three")
     proto.close()
     assert transport.written == [b"onetwo", b"three"] and transport.closed
+
+
+async def test_an_idle_connection_holds_no_staging_buffer() -> None:
+    """Whole frames read: the staging buffer goes back to the pool, so 10,000 idle connections do
+    not each keep 16 KB; a partial frame keeps it (its bytes live there) until it completes."""
+    proto, _, _ = make()
+    assert proto._staging is None  # nothing read yet
+    first = frame(payload(1, 40))
+    feed(proto, first, [len(first)])
+    assert await drain(proto, 1) == [first[4:]]
+    assert proto._staging is None
+    second = frame(payload(2, 40))
+    feed(proto, second[:10], [10])
+    assert proto._staging is not None  # the partial frame waits in it
+    feed(proto, second[10:], [len(second)])
+    assert await drain(proto, 1) == [second[4:]]
+    assert proto._staging is None
