@@ -31,7 +31,11 @@ fatal producer errors, stalls (no progress within --progress-timeout of a restar
 the broker log. Informational: archived records, ACCEPTs durable but unconfirmed, the highest
 delivery count, failed delivery reports, restart-to-progress times, broker error lines.
 
-The kill timing comes from --seed (printed); thread scheduling makes no two runs identical.
+The kill timing comes from --seed (printed); thread scheduling makes no two runs identical. Every
+other restart (`dlq_crash_points`) also runs the broker with the test-only
+SHAREBROKER_TEST_CRASH_POINT set, alternately "dlq-before-write" and "dlq-after-write": it kills
+itself with SIGKILL at its first DLQ write, between ARCHIVING and ARCHIVED, without any timing, and
+is started again (`crash_point_kills`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import shutil
 import socket
@@ -109,6 +114,7 @@ class Options:
     drain_timeout: float = 90.0
     fsync: bool = False
     stress: bool = True              # STRESS overrides on top of OVERRIDES
+    dlq_crash_points: bool = True    # every other restart: SIGKILL at the first DLQ write (test-only)
 
 
 @dataclass
@@ -140,6 +146,7 @@ class Summary:
     produce_failed: int = 0
     producer_fatal: int = 0
     stalls: int = 0
+    crash_point_kills: int = 0
     max_recovery_s: float = 0.0
     median_recovery_s: float = 0.0
     broker_error_lines: int = 0
@@ -170,6 +177,7 @@ class Summary:
             ("max_delivery_count", "highest delivery count seen"),
             ("produce_failed", "failed delivery reports"), ("producer_fatal", "fatal producer errors"),
             ("stalls", "restarts without progress in time"),
+            ("crash_point_kills", "kills at a DLQ crash point"),
             ("max_recovery_s", "longest restart-to-progress (s)"),
             ("median_recovery_s", "median restart-to-progress (s)"),
             ("broker_error_lines", "broker log lines at level error"),
@@ -632,6 +640,12 @@ def run(cycles: int, workdir: Path, *, opts: Options | None = None, log: Callabl
                 broker.kill()
                 summary.kills += 1
                 _restart(broker)
+            if opts.dlq_crash_points and cycle % 2 == 0:
+                point = CRASH_POINTS[(cycle // 2) % len(CRASH_POINTS)]
+                if _crash_at(broker, point, opts.progress_timeout):
+                    summary.crash_point_kills += 1
+                else:
+                    log(f"cycle {cycle + 1}: no DLQ write reached {point} in time")
             ready_at = time.monotonic()
             summary.cycles += 1
             produced, accepted, classic = load.progress()
@@ -732,6 +746,26 @@ def _restart(broker: BrokerProcess) -> None:
             if attempt == 2:
                 raise
             time.sleep(0.5)
+
+
+CRASH_POINT_ENV = "SHAREBROKER_TEST_CRASH_POINT"
+CRASH_POINTS = ("dlq-before-write", "dlq-after-write")
+
+
+def _crash_at(broker: BrokerProcess, point: str, timeout: float) -> bool:
+    """Restart the broker with the test-only crash point set; it SIGKILLs itself at its next DLQ
+    write (the consumers reject records all the time). Then start it normally again. Whether it
+    died at the point (else it is killed here)."""
+    broker.kill()
+    os.environ[CRASH_POINT_ENV] = point
+    try:
+        _restart(broker)
+    finally:
+        del os.environ[CRASH_POINT_ENV]
+    died = _wait(lambda: not broker.alive(), timeout)
+    broker.kill()
+    _restart(broker)
+    return died
 
 
 def _wait(condition: Callable[[], bool], timeout: float) -> bool:

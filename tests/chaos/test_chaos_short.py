@@ -21,5 +21,6 @@ def test_short_chaos_run_loses_nothing_and_never_redelivers_accepted_records(tmp
     assert s.classic_missed == 0, why
     assert s.log_duplicates == 0, why
     assert s.rejected > 0 and s.dlq_records >= s.rejected, why  # the DLQ path ran across the kills
+    assert s.crash_point_kills >= 1, why  # killed between ARCHIVING and ARCHIVED on purpose
     assert s.dlq_lost == 0, why
     assert s.dlq_duplicated == 0, why
