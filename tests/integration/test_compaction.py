@@ -25,7 +25,7 @@ from tests.integration.compaction_helpers import (
     read_partition,
 )
 
-pytestmark = pytest.mark.needs_own_broker  # log.cleaner.backoff.ms is broker-wide
+pytestmark = pytest.mark.needs_own_broker("sets log.cleaner.* and reads the data directory of brokers of its own")
 
 
 def _checkpoint(data_dir: Path, topic: str) -> int | None:

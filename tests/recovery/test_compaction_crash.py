@@ -20,6 +20,7 @@ def _make_compacted(bootstrap: str, topic: str) -> None:
     a.incremental_alter_configs([resource])[resource].result(timeout=15)
 
 
+@pytest.mark.needs_own_broker("kills brokers of its own in the middle of a cleaning")
 @pytest.mark.parametrize("point", ["cleaner-writing", "cleaner-cleaned", "cleaner-swap"])
 def test_kill_mid_clean_loses_nothing(make_broker, topic_name, monkeypatch, point) -> None:
     monkeypatch.setenv(CRASH_POINT_ENV, point)
