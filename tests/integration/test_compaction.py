@@ -24,6 +24,7 @@ from tests.integration.compaction_helpers import (
     produce_round,
     read_partition,
 )
+from tests.integration.share_helpers import FAST_SHARE_BROKER, new_group, poll_until, set_earliest, share_consumer
 
 pytestmark = pytest.mark.needs_own_broker("sets log.cleaner.* and reads the data directory of brokers of its own")
 
@@ -229,3 +230,23 @@ def test_records_without_a_key_are_refused_on_a_compacted_topic(make_broker, top
     assert "Compacted topic cannot accept message without key" in broker.log_text()
     accepted = produce_sync(p, topic_name, [{"key": b"k", "value": b"v"}])[0]
     assert not isinstance(accepted, KafkaError) and accepted.offset() == 0
+
+
+def test_share_consumer_reads_a_compacted_topic(make_broker, topic_name) -> None:
+    broker = make_broker({**CLEANER, **FAST_SHARE_BROKER})
+    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    keys = [f"k{i:02d}".encode() for i in range(40)]
+    written = [produce_round(broker.bootstrap, topic_name, r, [(k, f"{r}".encode()) for k in keys[r * 10:]])
+               for r in range(3)]
+    written.append(produce_round(broker.bootstrap, topic_name, 3, [(b"active", b"a")]))
+    expected = compacted_view(latest(written), tombstones=True)
+    wait_for(lambda: read_partition(broker.bootstrap, topic_name) == expected, timeout=30,
+             message="the topic compacted")
+    group = new_group()
+    set_earliest(broker.bootstrap, group)
+    c = share_consumer(broker.bootstrap, group, [topic_name])
+    try:
+        got = poll_until(c, lambda ms: len(ms) >= len(expected), what="the compacted records")
+    finally:
+        c.close()
+    assert sorted((m.offset(), m.key(), m.value()) for m in got) == expected
