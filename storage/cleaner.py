@@ -626,6 +626,10 @@ def build_offset_map(task: CleanTask, offset_map: OffsetMap, stats: CleanStats, 
                         offset = base + rec[4]
                         if key is not None and offset >= start:
                             if offset_map.full_for(key):
+                                if not len(offset_map):
+                                    raise ValueError("the offset map is too small to hold a single key, so log "
+                                                     "cleaning will never make progress: raise "
+                                                     "log.cleaner.dedupe.buffer.size or lower log.cleaner.threads")
                                 return  # full: the round ends at the last whole batch mapped
                             offset_map.put(key, offset)
                 if h.last_offset > offset_map.latest_offset:
