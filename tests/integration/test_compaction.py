@@ -21,6 +21,7 @@ from tests.integration.compaction_helpers import (
     compacted_view,
     latest,
     log_bytes,
+    make_compacted,
     produce_round,
     read_partition,
 )
@@ -42,7 +43,8 @@ def _checkpoint(data_dir: Path, topic: str) -> int | None:
 
 def test_compaction_keeps_latest_value_per_key_and_drops_tombstones(make_broker, topic_name) -> None:
     broker = make_broker(CLEANER)
-    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    # Written with the delete policy (nothing cleaned yet, so it can be read whole), then compacted.
+    create_topic(broker.bootstrap, topic_name, config={**COMPACTED, "cleanup.policy": "delete"})
     keys = [f"key-{i:04d}".encode() for i in range(300)]
     written = []
     for r in range(5):
@@ -57,6 +59,7 @@ def test_compaction_keeps_latest_value_per_key_and_drops_tombstones(make_broker,
     # One more round starts a new active segment: the five rounds become cleanable.
     written.append(produce_round(broker.bootstrap, topic_name, 5, [(b"filler", b"0")]))
     state = latest(written)
+    make_compacted(broker.bootstrap, topic_name)
 
     # Tombstones stay for delete.retention.ms after the cleaning that first keeps them.
     wait_for(lambda: read_partition(broker.bootstrap, topic_name) == compacted_view(state, tombstones=True),
@@ -111,7 +114,7 @@ def test_restart_resumes_from_the_cleaner_checkpoint(make_broker, topic_name) ->
 
 def test_aborted_transactions_are_never_resurrected(make_broker, topic_name) -> None:
     broker = make_broker(CLEANER)
-    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    create_topic(broker.bootstrap, topic_name, config={**COMPACTED, "cleanup.policy": "delete"})
     p = Producer(producer_conf(broker.bootstrap, **{"transactional.id": f"tx-{topic_name}", "linger.ms": 5}))
     p.init_transactions(10)
 
@@ -136,6 +139,7 @@ def test_aborted_transactions_are_never_resurrected(make_broker, topic_name) -> 
     txn(4, [(b"tail", b"t")], True)
     uncommitted = {(k, v) for _o, k, v in read_partition(broker.bootstrap, topic_name)}
     assert (b"a", b"a-aborted") in uncommitted  # read_uncommitted sees aborted data until cleaned
+    make_compacted(broker.bootstrap, topic_name)
 
     def cleaned() -> bool:
         return {(k, v) for _o, k, v in read_partition(broker.bootstrap, topic_name)} == {
