@@ -775,12 +775,13 @@ def _clean_into(task: CleanTask, seg: SourceSegment, writer: CleanedWriter, offs
 _parent_pid = 0
 
 
-def worker_init() -> None:
+def worker_init(broker_pid: int) -> None:
     """In a cleaner process: run at a lower priority than the broker, and die with the broker (a
     kill -9 of the broker must not leave a cleaner writing into a directory the next broker
-    recovers)."""
+    recovers, nor an idle one behind). `broker_pid` comes from the broker: a broker killed while
+    this process was still starting is seen here, where the parent pid would already be init's."""
     global _parent_pid
-    _parent_pid = os.getppid()
+    _parent_pid = broker_pid
     try:
         # Background work: on a busy machine the broker's event loop gets the CPU first.
         os.nice(10)
@@ -794,7 +795,7 @@ def worker_init() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: the parent check below still stops the work
-    if os.getppid() != _parent_pid:
+    if os.getppid() != _parent_pid:  # the broker died before the signal was asked for
         os._exit(1)
 
 
