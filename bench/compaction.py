@@ -8,7 +8,7 @@ swap), and the p50 /
 p99 / max latency of acks=1 produces of 100-byte records at `--rate` per second to another topic,
 measured for the same length of time with no cleaning and while the cleaner works.
 
-    python -m bench.compaction [--mb 64] [--updates 5] [--rate 1000]"""
+    python -m bench.compaction [--mb 64] [--updates 5] [--rate 1000] [--io-max-bytes-per-second N]"""
 
 from __future__ import annotations
 
@@ -91,8 +91,13 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=64, help="size of the log to compact")
     parser.add_argument("--updates", type=int, default=5, help="records per key")
     parser.add_argument("--rate", type=int, default=1000, help="latency probe: produces per second")
+    parser.add_argument("--io-max-bytes-per-second", type=float, default=None,
+                        help="log.cleaner.io.max.bytes.per.second (default: unlimited)")
     args = parser.parse_args()
-    with running_broker({"log.cleaner.backoff.ms": 100}) as broker:
+    overrides: dict[str, object] = {"log.cleaner.backoff.ms": 100}
+    if args.io_max_bytes_per_second is not None:
+        overrides["log.cleaner.io.max.bytes.per.second"] = args.io_max_bytes_per_second
+    with running_broker(overrides) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
         futures = admin.create_topics([
             NewTopic("bench-compacted", 1, 1, config={"cleanup.policy": "delete", "segment.ms": "10000",

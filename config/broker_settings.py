@@ -203,14 +203,14 @@ def _broker_defs() -> list[ConfigDef]:
         d("log.unclean.leader.election.enable", "boolean", False, "Not a Kafka setting (Kafka warns and ignores it), but "
           "Kafka's own tests pass it; accepted and ignored."),
         d("log.cleaner.enable", "boolean", True, "Run the log cleaner, which compacts topics with "
-          "cleanup.policy=compact in background processes; false: nothing is compacted."),
+          "cleanup.policy=compact in background processes; false: nothing is compacted (deprecated in Kafka, to "
+          "be removed in 5.0)."),
         d("log.cleaner.threads", "int", 1, "How many logs are cleaned at once; each has its own cleaner process (the "
           "cleaning decodes every record, CPU work kept off the broker's event loop). 0: no cleaner.", AtLeast(0)),
         d("log.cleaner.dedupe.buffer.size", "long", 134217728, "Memory of the cleaners' key maps, shared by "
           "log.cleaner.threads; a round whose dirty keys do not fit stops where the map filled (the rest is cleaned "
-          "next round). A key costs about 120 bytes plus its length here (24 in Kafka).", AtLeast(1)),
-        d("log.cleaner.io.buffer.load.factor", "double", 0.9, "Fraction of the dedupe buffer a cleaning round fills.",
-          Between(0, 1)),
+          "next round). A key costs about 120 bytes plus its length here (24 in Kafka)."),
+        d("log.cleaner.io.buffer.load.factor", "double", 0.9, "Fraction of the dedupe buffer a cleaning round fills."),
         d("log.cleaner.io.buffer.size", "int", 524288, "Kafka's cleaner I/O buffers; sharebroker's cleaner reads 4 MiB "
           "and writes 1 MiB at a time. Accepted and ignored.", AtLeast(0)),
         d("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, "Read and write rate limit of each "

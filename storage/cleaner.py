@@ -626,6 +626,10 @@ def build_offset_map(task: CleanTask, offset_map: OffsetMap, stats: CleanStats, 
                         offset = base + rec[4]
                         if key is not None and offset >= start:
                             if offset_map.full_for(key):
+                                if not len(offset_map):
+                                    raise ValueError("the offset map is too small to hold a single key, so log "
+                                                     "cleaning will never make progress: raise "
+                                                     "log.cleaner.dedupe.buffer.size or lower log.cleaner.threads")
                                 return  # full: the round ends at the last whole batch mapped
                             offset_map.put(key, offset)
                 if h.last_offset > offset_map.latest_offset:
@@ -771,12 +775,13 @@ def _clean_into(task: CleanTask, seg: SourceSegment, writer: CleanedWriter, offs
 _parent_pid = 0
 
 
-def worker_init() -> None:
+def worker_init(broker_pid: int) -> None:
     """In a cleaner process: run at a lower priority than the broker, and die with the broker (a
     kill -9 of the broker must not leave a cleaner writing into a directory the next broker
-    recovers)."""
+    recovers, nor an idle one behind). `broker_pid` comes from the broker: a broker killed while
+    this process was still starting is seen here, where the parent pid would already be init's."""
     global _parent_pid
-    _parent_pid = os.getppid()
+    _parent_pid = broker_pid
     try:
         # Background work: on a busy machine the broker's event loop gets the CPU first.
         os.nice(10)
@@ -790,7 +795,7 @@ def worker_init() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: the parent check below still stops the work
-    if os.getppid() != _parent_pid:
+    if os.getppid() != _parent_pid:  # the broker died before the signal was asked for
         os._exit(1)
 
 

@@ -39,7 +39,7 @@ class LogConfig:
 
     @property
     def compacts(self) -> bool:
-        return "compact" in _policy_words(self.cleanup_policy)
+        return "compact" in self.cleanup_policy  # normalised: "compact", "delete" or both
 
     @classmethod
     def from_kafka(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:

@@ -79,8 +79,10 @@ OVERRIDES = {**FAST_SHARE_BROKER, "group.share.record.lock.duration.ms": "3000",
              "group.initial.rebalance.delay.ms": "0"}
 # Make the rare paths frequent, so that kills land in them: segments roll every second (in the
 # topic, `__share_group_state` and `__consumer_offsets`; producer-state snapshots at each roll),
-# share-state snapshots every 10 updates, pruning of the state topic every second.
+# share-state snapshots every 10 updates, pruning of the state topic every second, and the log
+# cleaner compacting `__consumer_offsets` (the classic group's commits) as soon as a tenth is dirty.
 STRESS = {"log.roll.ms": "1000", "log.segment.bytes": "1048576",
+          "log.cleaner.backoff.ms": "200", "log.cleaner.min.cleanable.ratio": "0.1",
           "share.coordinator.state.topic.segment.bytes": "1048576",
           "share.coordinator.snapshot.update.records.per.snapshot": "10",
           "share.coordinator.state.topic.prune.interval.ms": "1000",

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.integration.clients import consumer_conf, produce_sync, producer_conf
+from tests.integration.clients import admin, consumer_conf, produce_sync, producer_conf
 
 # Old enough that every round's timestamps are ahead of the previous round's by more than
 # segment.ms: each round's first append rolls a segment, without waiting on the clock.
@@ -19,6 +20,15 @@ ROUND_MS = 10_000
 COMPACTED = {"cleanup.policy": "compact", "segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01",
              "delete.retention.ms": "1000"}
 CLEANER = {"log.cleaner.backoff.ms": 50}
+
+
+def make_compacted(bootstrap: str, topic: str) -> None:
+    """Switch a topic written with cleanup.policy=delete to compact: the cleaner starts on it then,
+    so what was written can be read uncompacted first."""
+    a = admin(bootstrap)
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    a.incremental_alter_configs([resource])[resource].result(timeout=15)
 
 
 def produce_round(bootstrap: str, topic: str, round_no: int, pairs: list[tuple[bytes, bytes | None]],

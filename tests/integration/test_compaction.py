@@ -21,11 +21,13 @@ from tests.integration.compaction_helpers import (
     compacted_view,
     latest,
     log_bytes,
+    make_compacted,
     produce_round,
     read_partition,
 )
+from tests.integration.share_helpers import FAST_SHARE_BROKER, new_group, poll_until, set_earliest, share_consumer
 
-pytestmark = pytest.mark.needs_own_broker  # log.cleaner.backoff.ms is broker-wide
+pytestmark = pytest.mark.needs_own_broker("sets log.cleaner.* and reads the data directory of brokers of its own")
 
 
 def _checkpoint(data_dir: Path, topic: str) -> int | None:
@@ -41,7 +43,8 @@ def _checkpoint(data_dir: Path, topic: str) -> int | None:
 
 def test_compaction_keeps_latest_value_per_key_and_drops_tombstones(make_broker, topic_name) -> None:
     broker = make_broker(CLEANER)
-    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    # Written with the delete policy (nothing cleaned yet, so it can be read whole), then compacted.
+    create_topic(broker.bootstrap, topic_name, config={**COMPACTED, "cleanup.policy": "delete"})
     keys = [f"key-{i:04d}".encode() for i in range(300)]
     written = []
     for r in range(5):
@@ -56,12 +59,15 @@ def test_compaction_keeps_latest_value_per_key_and_drops_tombstones(make_broker,
     # One more round starts a new active segment: the five rounds become cleanable.
     written.append(produce_round(broker.bootstrap, topic_name, 5, [(b"filler", b"0")]))
     state = latest(written)
+    make_compacted(broker.bootstrap, topic_name)
 
     # Tombstones stay for delete.retention.ms after the cleaning that first keeps them.
     wait_for(lambda: read_partition(broker.bootstrap, topic_name) == compacted_view(state, tombstones=True),
              timeout=30, message="the log compacted to the latest record per key")
     assert log_bytes(broker.data_dir, topic_name) < size_before / 3
-    assert _checkpoint(broker.data_dir, topic_name) == written[4][keys[-1]][0] + 1
+    # The checkpoint follows the swap: everything below the filler's segment is clean.
+    wait_for(lambda: _checkpoint(broker.data_dir, topic_name) == written[4][keys[-1]][0] + 1, timeout=10,
+             message="the cleaner checkpoint")
     assert "log cleaned" in broker.log_text()
 
     # A later cleaning past the delete horizon removes them (each filler round makes the log dirty).
@@ -108,7 +114,7 @@ def test_restart_resumes_from_the_cleaner_checkpoint(make_broker, topic_name) ->
 
 def test_aborted_transactions_are_never_resurrected(make_broker, topic_name) -> None:
     broker = make_broker(CLEANER)
-    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    create_topic(broker.bootstrap, topic_name, config={**COMPACTED, "cleanup.policy": "delete"})
     p = Producer(producer_conf(broker.bootstrap, **{"transactional.id": f"tx-{topic_name}", "linger.ms": 5}))
     p.init_transactions(10)
 
@@ -133,6 +139,7 @@ def test_aborted_transactions_are_never_resurrected(make_broker, topic_name) -> 
     txn(4, [(b"tail", b"t")], True)
     uncommitted = {(k, v) for _o, k, v in read_partition(broker.bootstrap, topic_name)}
     assert (b"a", b"a-aborted") in uncommitted  # read_uncommitted sees aborted data until cleaned
+    make_compacted(broker.bootstrap, topic_name)
 
     def cleaned() -> bool:
         return {(k, v) for _o, k, v in read_partition(broker.bootstrap, topic_name)} == {
@@ -229,3 +236,23 @@ def test_records_without_a_key_are_refused_on_a_compacted_topic(make_broker, top
     assert "Compacted topic cannot accept message without key" in broker.log_text()
     accepted = produce_sync(p, topic_name, [{"key": b"k", "value": b"v"}])[0]
     assert not isinstance(accepted, KafkaError) and accepted.offset() == 0
+
+
+def test_share_consumer_reads_a_compacted_topic(make_broker, topic_name) -> None:
+    broker = make_broker({**CLEANER, **FAST_SHARE_BROKER})
+    create_topic(broker.bootstrap, topic_name, config=COMPACTED)
+    keys = [f"k{i:02d}".encode() for i in range(40)]
+    written = [produce_round(broker.bootstrap, topic_name, r, [(k, f"{r}".encode()) for k in keys[r * 10:]])
+               for r in range(3)]
+    written.append(produce_round(broker.bootstrap, topic_name, 3, [(b"active", b"a")]))
+    expected = compacted_view(latest(written), tombstones=True)
+    wait_for(lambda: read_partition(broker.bootstrap, topic_name) == expected, timeout=30,
+             message="the topic compacted")
+    group = new_group()
+    set_earliest(broker.bootstrap, group)
+    c = share_consumer(broker.bootstrap, group, [topic_name])
+    try:
+        got = poll_until(c, lambda ms: len(ms) >= len(expected), what="the compacted records")
+    finally:
+        c.close()
+    assert sorted((m.offset(), m.key(), m.value()) for m in got) == expected

@@ -5,21 +5,22 @@ broker SIGKILL itself there), so no timing is involved."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from sharebroker.storage.cleaner import CRASH_POINT_ENV
 from sharebroker.testing import wait_for
-from tests.integration.clients import admin, create_topic
-from tests.integration.compaction_helpers import CLEANER, COMPACTED, compacted_view, latest, produce_round, read_partition
+from tests.integration.clients import create_topic
+from tests.integration.compaction_helpers import (
+    CLEANER,
+    COMPACTED,
+    compacted_view,
+    latest,
+    make_compacted,
+    produce_round,
+    read_partition,
+)
 
 
-def _make_compacted(bootstrap: str, topic: str) -> None:
-    a = admin(bootstrap)
-    resource = ConfigResource("topic", topic, incremental_configs=[
-        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
-    a.incremental_alter_configs([resource])[resource].result(timeout=15)
-
-
+@pytest.mark.needs_own_broker("kills brokers of its own in the middle of a cleaning")
 @pytest.mark.parametrize("point", ["cleaner-writing", "cleaner-cleaned", "cleaner-swap"])
 def test_kill_mid_clean_loses_nothing(make_broker, topic_name, monkeypatch, point) -> None:
     monkeypatch.setenv(CRASH_POINT_ENV, point)
@@ -39,13 +40,15 @@ def test_kill_mid_clean_loses_nothing(make_broker, topic_name, monkeypatch, poin
     assert len(before) == 4 * len(keys) + 1
     compacted = compacted_view(latest(written), tombstones=True)
 
-    _make_compacted(broker.bootstrap, topic_name)
+    make_compacted(broker.bootstrap, topic_name)
     wait_for(lambda: not broker.alive(), timeout=30, message=f"the broker killed at {point}")
     partition_dir = broker.data_dir / f"{topic_name}-0"
     leftovers = sorted(f.name for f in partition_dir.iterdir() if f.suffix in (".cleaned", ".swap", ".deleted"))
     assert leftovers, "the kill landed in the middle of a cleaning"
 
     monkeypatch.delenv(CRASH_POINT_ENV)
+    # First without the cleaner, to see what start-up alone made of the files.
+    broker.overrides["log.cleaner.enable"] = "false"
     broker.start()
     assert not [f for f in partition_dir.iterdir() if f.suffix in (".cleaned", ".swap", ".deleted")]
     after = read_partition(broker.bootstrap, topic_name)
@@ -53,6 +56,9 @@ def test_kill_mid_clean_loses_nothing(make_broker, topic_name, monkeypatch, poin
         assert after == compacted  # the swap had begun: start-up completed it
     else:
         assert after == before  # the swap had not begun: the cleaned files were discarded
+    assert broker.stop() == 0
+    del broker.overrides["log.cleaner.enable"]
+    broker.start()
     wait_for(lambda: read_partition(broker.bootstrap, topic_name) == compacted, timeout=30,
              message="the cleaner finished the job after the restart")
     assert "Traceback" not in broker.log_text()

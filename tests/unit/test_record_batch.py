@@ -271,3 +271,11 @@ def test_record_timestamps_of_garbage_records_is_corrupt() -> None:
     with pytest.raises(InvalidRecordError) as exc:
         record_timestamps(buf)
     assert exc.value.code == ErrorCode.corrupt_message
+
+
+def test_first_keyless_record_finds_records_without_a_key_in_any_codec() -> None:
+    from sharebroker.protocol.record_batch import GZIP, LZ4, NONE, SNAPPY, ZSTD, first_keyless_record
+
+    for codec in (NONE, GZIP, SNAPPY, LZ4, ZSTD):
+        assert first_keyless_record(encode_batch([(b"k", b"v"), (b"", None)], timestamp_ms=1, compression=codec)) is None
+        assert first_keyless_record(encode_batch([(b"k", b"v"), (None, b"v")], timestamp_ms=1, compression=codec)) == 1

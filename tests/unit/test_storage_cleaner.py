@@ -257,3 +257,15 @@ def test_plan_follows_kafka_cleanable_offsets(tmp_path: Path) -> None:
     assert not _planned(log, None, NOW + 10_000).need_compaction_now
     log.config.max_compaction_lag_ms = 5_000
     assert _planned(log, None, NOW + 10_000).need_compaction_now
+
+
+def test_an_offset_map_too_small_for_one_key_is_an_error(tmp_path: Path) -> None:
+    import pytest
+
+    log = _open(tmp_path / "t-0")
+    _append(log, [(b"k", b"1")])
+    log.roll(NOW)
+    _append(log, [(b"k", b"2")])
+    with pytest.raises(ValueError, match="log.cleaner.dedupe.buffer.size"):
+        _round(log, 0, NOW, map_bytes=10)
+    assert not [n for n in os.listdir(log.path) if n.endswith(".cleaned")]
