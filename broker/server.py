@@ -264,6 +264,15 @@ class Broker:
             log.warning("connection refused", peer=frames.peername()[0], reason=refused)
             frames.close()
             return
+        if self.quotas.active:
+            ip = frames.peername()[0]
+            delay_ms = self.quotas.connection_throttle(ip)
+            if delay_ms:
+                # As Kafka: over its ip's connection_creation_rate, a connection is not served and
+                # is closed once the throttle time has passed.
+                log.info("connection throttled", peer=ip, throttle_ms=delay_ms, reason="connection_creation_rate")
+                asyncio.get_running_loop().call_later(delay_ms / 1000, frames.close)
+                return
         conn = Connection(self, frames, listener)
         task = asyncio.get_running_loop().create_task(self._serve_connection(conn))
         self._connections.add(task)

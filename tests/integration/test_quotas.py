@@ -230,6 +230,27 @@ def test_controller_mutation_rate(quota_broker) -> None:
         assert int(resp.topics[0].error_code) == 0 and int(resp.throttle_time.total_seconds() * 1000) > 0
 
 
+def test_connection_creation_rate_per_ip(quota_broker) -> None:
+    b = quota_broker.bootstrap
+    from tests.integration.clients import address_seen_by
+    ip = address_seen_by(b)
+    assert alter(b, [("ip", ip)], [("connection_creation_rate", 2, False)]) == [(0, None)]
+    answered, closed = 0, 0
+    clients = [rk.RawClient(b) for _ in range(6)]  # at once: well over 2 a second
+    try:
+        for raw in clients:
+            try:
+                raw.request(rk.api_versions_request(3), timeout=5)
+                answered += 1
+            except (rk.ConnectionClosed, ConnectionResetError):  # refused: closed after the throttle time
+                closed += 1
+    finally:
+        for raw in clients:
+            raw.close()
+    assert answered >= 1 and closed >= 1, (answered, closed)
+    assert quota_broker.log_events("connection throttled")
+
+
 def test_quotas_off_cost_nothing_and_answer_zero(make_broker) -> None:
     proc = make_broker(FAST_WINDOWS)
     with rk.RawClient(proc.bootstrap) as raw:
