@@ -358,6 +358,18 @@ def test_share_fetch_and_acknowledge_need_topic_read(acl_broker) -> None:
         ack = member.ack({(tid, 0): [(0, 2, [ACCEPT])]})
         (acked,) = [p for t in ack.responses for p in t.partitions]
         assert int(acked.error_code) == TOPIC_AUTHZ
+        # ShareGroupDescribe: the group's authorized operations, and no view of a group whose
+        # members are assigned a topic the principal may not describe
+        with rk.RawClient(b) as raw:
+            cls = rk.req_cls(77, 1)
+            (described,) = raw.request(cls(group_ids=(group,), include_authorized_operations=True)).groups
+            assert int(described.error_code) == 0 and described.members
+            # READ (implying DESCRIBE) and ALTER_CONFIGS (implying DESCRIBE_CONFIGS)
+            assert described.authorized_operations == (1 << 3) | (1 << 8) | (1 << 10) | (1 << 11)
+            delete_acls(b, acl(T, topic, Op.DESCRIBE))
+            (described,) = raw.request(cls(group_ids=(group,), include_authorized_operations=True)).groups
+            assert (int(described.error_code), described.error_message, described.members) == (
+                TOPIC_AUTHZ, "The group has described topic(s) that the client is not authorized to describe.", ())
 
 
 def test_share_admin_apis(acl_broker) -> None:
