@@ -30,6 +30,7 @@ IP_KEYS = {IP_RATE: "int"}
 _LIMITS = {"short": 2**15 - 1, "int": 2**31 - 1, "long": 2**63 - 1}
 _ARTICLE = {"short": "a SHORT", "int": "an INT", "long": "a LONG"}
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+_SENSORS_KEPT = 10_000  # client rates kept before idle ones are dropped
 
 Entity = tuple[tuple[str, str | None], ...]  # ((entity type, name or None for the default), ...), sorted
 
@@ -312,6 +313,8 @@ class ClientQuotas:
         now = self._clock()
         rate = self._rates.get((key, tags))
         if rate is None:
+            if len(self._rates) >= _SENSORS_KEPT:
+                self._expire(now)
             rate = self._rates[(key, tags)] = _Rate(self.samples, self.window_ms)
         rate.record(value, now)
         observed = rate.rate(now)
@@ -319,6 +322,11 @@ class ClientQuotas:
             return 0
         throttle = round((observed - bound) / bound * rate.window_size(now))
         return min(throttle, self.max_throttle_ms)
+
+    def _expire(self, now: float) -> None:
+        """Forget the rates of clients idle for all the windows (Kafka expires idle sensors)."""
+        horizon = now - self.samples * self.window_ms
+        self._rates = {k: r for k, r in self._rates.items() if r.windows and r.windows[-1][0] > horizon}
 
     def connection_throttle(self, ip: str) -> int:
         """connection_creation_rate of an `ip` entity (or the ip default), as Kafka's
