@@ -186,6 +186,8 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
 
 @api(50)
 async def describe_user_scram_credentials(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE)) is not None:
+        return denied
     names = [u.name for u in req.body.users or ()]  # null or empty: every user, and there are none
     duplicated = {n for n, count in Counter(names).items() if count > 1}
     results = [{"user": n, "error_code": ErrorCode.duplicate_resource, "error_message": DUPLICATE_USER + n,
