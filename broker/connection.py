@@ -43,10 +43,10 @@ log = get_logger("sharebroker.connection")
 _ids = itertools.count(1)
 # How long a request waits for a file descriptor to load its schema before the connection closes.
 _DESCRIPTOR_WAIT_S = 10.0
-_NO_ERROR = {"NONE": 1}
+_NO_ERROR = {"NONE": 1}  # a response without error codes (or none at all: acks=0)
 # Requests no quota applies to, as Kafka exempts them (a client must always learn the versions).
 _QUOTA_EXEMPT = frozenset((17, 18, 36))
-_THROTTLE_FIELD = struct.Struct(">i")  # a response without error codes (or none at all: acks=0)
+_THROTTLE_FIELD = struct.Struct(">i")
 
 
 class Connection:
