@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -199,6 +200,26 @@ def test_consumer_group_needs_group_read(acl_broker, protocol: str) -> None:
         assert committed.offset == 3
     finally:
         c.close()
+
+
+def test_regex_subscription_resolves_only_to_describable_topics(acl_broker) -> None:
+    from tests.integration.share_helpers import topic_id
+    from tests.integration.test_consumer_protocol import hb_request
+    b = acl_broker.bootstrap
+    prefix = unique("rx")
+    visible, hidden = new_topic(b, f"{prefix}-a"), new_topic(b, f"{prefix}-b")
+    group, member = unique("grp"), uuid.uuid4().hex[:22]
+    create_acls(b, acl(G, group, Op.READ), acl(T, visible, Op.READ))
+    with rk.RawClient(b) as raw:
+        # the regex matches both topics; the one the member's principal may not describe is left out
+        resp = raw.request(hb_request(group, member, 0, regex=f"{prefix}-.*", rebalance_ms=5000, owned=()))
+        assert int(resp.error_code) == 0, resp
+        assert {tp.topic_id for tp in resp.assignment.topic_partitions} == {topic_id(b, visible)}
+        # once it may describe it (and again after a heartbeat with the regex), it is assigned too
+        create_acls(b, acl(T, hidden, Op.DESCRIBE))
+        resp = raw.request(hb_request(group, member, resp.member_epoch, regex=f"{prefix}-.*"))
+        assert int(resp.error_code) == 0, resp
+        assert {tp.topic_id for tp in resp.assignment.topic_partitions} == {topic_id(b, visible), topic_id(b, hidden)}
 
 
 def test_consumer_without_topic_read_gets_topic_authorization_failed(acl_broker) -> None:
@@ -415,7 +436,6 @@ def test_share_group_state_apis_need_cluster_action(acl_broker) -> None:
         cls = rk.req_cls(84, 0)
         t_cls = rk._nested(cls, "topics")
         p_cls = rk._nested(t_cls, "partitions")
-        import uuid
         resp = raw.request(cls(group_id="g", topics=(t_cls(topic_id=uuid.uuid4(), partitions=(
             p_cls(partition=0, leader_epoch=0),)),)))
         assert int(resp.results[0].partitions[0].error_code) == CLUSTER_AUTHZ
