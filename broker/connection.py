@@ -35,7 +35,7 @@ from sharebroker.protocol.codec import (
     peek_header,
     response_class,
 )
-from sharebroker.protocol.fetch_responses import Buffer
+from sharebroker.protocol.fetch_responses import Buffer, encode_fetch_response
 
 if TYPE_CHECKING:
     from sharebroker.broker.server import Broker
@@ -44,10 +44,10 @@ log = get_logger("sharebroker.connection")
 _ids = itertools.count(1)
 # How long a request waits for a file descriptor to load its schema before the connection closes.
 _DESCRIPTOR_WAIT_S = 10.0
-_NO_ERROR = {"NONE": 1}
+_NO_ERROR = {"NONE": 1}  # a response without error codes (or none at all: acks=0)
 # Requests no quota applies to, as Kafka exempts them (a client must always learn the versions).
 _QUOTA_EXEMPT = frozenset((17, 18, 36))
-_THROTTLE_FIELD = struct.Struct(">i")  # a response without error codes (or none at all: acks=0)
+_THROTTLE_FIELD = struct.Struct(">i")
 
 
 class Connection:
@@ -247,7 +247,14 @@ class Connection:
             throttle = max(throttle, quotas.record(PRODUCE, user, client_id, request_bytes))
         elif req.api_key == 1 and isinstance(resp, list):
             size = sum(memoryview(b).nbytes for b in resp)
-            throttle = max(throttle, quotas.record(FETCH, user, client_id, size))
+            fetch_throttle = quotas.record(FETCH, user, client_id, size)
+            if fetch_throttle and getattr(req.body, "session_epoch", -1) == -1:
+                # As Kafka: a throttled Fetch is answered empty and its bytes are not counted; the
+                # client fetches them again after the throttle. (A fetch session keeps its answer:
+                # the session already recorded what it sent.)
+                quotas.record(FETCH, user, client_id, -size)
+                resp = encode_fetch_response(req.correlation_id, req.api_version, ())
+            throttle = max(throttle, fetch_throttle)
         if isinstance(resp, list):
             # Fetch, ShareFetch, Metadata (v3+): throttle_time_ms is the body's first field, after
             # the correlation id and, in a flexible version, the header's empty tag buffer

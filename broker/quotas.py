@@ -25,10 +25,12 @@ PRODUCE, FETCH, REQUEST, MUTATION = ("producer_byte_rate", "consumer_byte_rate",
                                      "controller_mutation_rate")
 # Kafka's QuotaConfig: the keys of user/client-id entities and of ip entities, with their types.
 CLIENT_KEYS = {PRODUCE: "long", FETCH: "long", REQUEST: "double", MUTATION: "double"}
-IP_KEYS = {"connection_creation_rate": "int"}
+IP_RATE = "connection_creation_rate"
+IP_KEYS = {IP_RATE: "int"}
 _LIMITS = {"short": 2**15 - 1, "int": 2**31 - 1, "long": 2**63 - 1}
 _ARTICLE = {"short": "a SHORT", "int": "an INT", "long": "a LONG"}
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+_SENSORS_KEPT = 10_000  # client rates kept before idle ones are dropped
 
 Entity = tuple[tuple[str, str | None], ...]  # ((entity type, name or None for the default), ...), sorted
 
@@ -311,6 +313,8 @@ class ClientQuotas:
         now = self._clock()
         rate = self._rates.get((key, tags))
         if rate is None:
+            if len(self._rates) >= _SENSORS_KEPT:
+                self._expire(now)
             rate = self._rates[(key, tags)] = _Rate(self.samples, self.window_ms)
         rate.record(value, now)
         observed = rate.rate(now)
@@ -318,6 +322,32 @@ class ClientQuotas:
             return 0
         throttle = round((observed - bound) / bound * rate.window_size(now))
         return min(throttle, self.max_throttle_ms)
+
+    def _expire(self, now: float) -> None:
+        """Forget the rates of clients idle for all the windows (Kafka expires idle sensors)."""
+        horizon = now - self.samples * self.window_ms
+        self._rates = {k: r for k, r in self._rates.items() if r.windows and r.windows[-1][0] > horizon}
+
+    def connection_throttle(self, ip: str) -> int:
+        """connection_creation_rate of an `ip` entity (or the ip default), as Kafka's
+        ConnectionQuotas: a new connection over it is not accepted, and is closed after this
+        many milliseconds (at most one window); 0 lets it in."""
+        values = self.store.entities.get(((IP, ip),))
+        if values is None or IP_RATE not in values:
+            values = self.store.entities.get(((IP, None),))
+            if values is None or IP_RATE not in values:
+                return 0
+        bound = values[IP_RATE]
+        now = self._clock()
+        rate = self._rates.get((IP_RATE, (ip, "")))
+        if rate is None:
+            rate = self._rates[(IP_RATE, (ip, ""))] = _Rate(self.samples, self.window_ms)
+        rate.record(1.0, now)
+        observed = rate.rate(now)
+        if observed <= bound:
+            return 0
+        rate.record(-1.0, now)  # a refused connection does not count
+        return min(round((observed - bound) / bound * rate.window_size(now)), self.window_ms)
 
     def mutation(self, user: str, client_id: str, *, strict: bool) -> MutationQuota:
         quota = self._quota(MUTATION, user, client_id)

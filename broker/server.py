@@ -309,6 +309,14 @@ class Broker:
             log.warning("connection refused", peer=ip, reason=refused)
             frames.close()
             return
+        if self.quotas.active:
+            delay_ms = self.quotas.connection_throttle(ip)
+            if delay_ms:
+                # As Kafka: over its ip's connection_creation_rate, a connection is not served and
+                # is closed once the throttle time has passed.
+                log.info("connection throttled", peer=ip, throttle_ms=delay_ms, reason="connection_creation_rate")
+                asyncio.get_running_loop().call_later(delay_ms / 1000, frames.close)
+                return
         try:
             conn = Connection(self, frames, listener, security)
         except NoMatchingRule as exc:  # as Kafka: a certificate no mapping rule applies to is refused

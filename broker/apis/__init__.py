@@ -151,6 +151,12 @@ def _alter_client_quotas_errors(req: DecodedRequest, code: ErrorCode, message: s
         for entry in req.body.entries]}
 
 
+def _alter_user_scram_credentials_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    users = sorted({d.name for d in req.body.deletions} | {u.name for u in req.body.upsertions})
+    return {"throttle_time": 0, "results": [{"user": u, "error_code": code, "error_message": message}
+                                            for u in users]}
+
+
 # APIs whose errors live per partition (or per group): each answers every entry of the request
 # with the error, as Kafka's getErrorResponse does.
 _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str, Any] | None]] = {
@@ -170,6 +176,7 @@ _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str
     42: _delete_groups_errors,
     43: _elect_leaders_errors,
     49: _alter_client_quotas_errors,
+    51: _alter_user_scram_credentials_errors,
 }
 
 

@@ -187,6 +187,8 @@ def java_hashmap_order(keys: Iterable[str]) -> list[str]:
 
 @api(50)
 async def describe_user_scram_credentials(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    if (denied := refuse_cluster(broker, conn, req, Op.DESCRIBE)) is not None:
+        return denied
     store = broker.scram_credentials.users
     names = [u.name for u in req.body.users or ()] or list(store)  # null or empty: every user
     duplicated = {n for n, count in Counter(names).items() if count > 1}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_cluster
 from sharebroker.broker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_NAMES,
@@ -54,7 +55,10 @@ def _check(name: str, mechanism: int) -> tuple[ErrorCode, str] | None:
 @api(51)
 async def alter_user_scram_credentials(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     """As Kafka's ScramControlManager.alterCredentials: each user altered at most once per request,
-    deletions of what exists, upsertions with 4096..16384 iterations; the valid ones applied at once."""
+    deletions of what exists, upsertions with 4096..16384 iterations; the valid ones applied at once.
+    With ACLs on, it needs ALTER on the cluster."""
+    if (denied := refuse_cluster(broker, conn, req, Op.ALTER)) is not None:
+        return denied
     store = broker.scram_credentials
     deletes: dict[str, str] = {}
     upserts: dict[str, tuple[str, ScramCredential]] = {}

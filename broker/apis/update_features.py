@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import Op, refuse_cluster
 from sharebroker.broker.features import UPGRADE, UNSAFE_DOWNGRADE, FeatureUpdate
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
@@ -23,6 +24,8 @@ log = get_logger("sharebroker.features")
 
 @api(57)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
+    if (denied := refuse_cluster(broker, conn, req, Op.ALTER)) is not None:
+        return denied  # as Kafka's ControllerApis: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED
     body = req.body
     updates: list[FeatureUpdate] = []
     for u in body.feature_updates:

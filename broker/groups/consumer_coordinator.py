@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import consumer_records as rec
 from sharebroker.broker.groups.assignors import assignor_name
+from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 from sharebroker.broker.groups.classic_group import ClassicGroup, ClassicMember, JoinResult, SyncResult
 from sharebroker.broker.groups.consumer_group import (
     LEAVE_EPOCH,
@@ -311,8 +312,15 @@ class ConsumerGroupCoordinator:
         validate_heartbeat(hb, version, body.group_id, self.assignors())
         if version == 0 and hb.member_epoch == 0 and hb.member_id == "":
             hb = replace(hb, member_id=_random_member_id())
+        regex_filter = None
+        az = conn.broker.authorizer
+        if az is not None and hb.subscribed_regex is not None:
+            principal, host = str(conn.principal), conn.client_host[1:]
+
+            def regex_filter(name: str) -> bool:
+                return az.authorize(principal, host, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
         async with self._serialized(body.group_id):
-            return await self._heartbeat(body.group_id, hb)
+            return await self._heartbeat(body.group_id, hb, regex_filter)
 
     def _require_consumer_group(self, group_id: str, *, create: bool) -> ConsumerGroup:
         kind = self.directory.group_type(group_id)
@@ -330,8 +338,11 @@ class ConsumerGroupCoordinator:
             group = ConsumerGroup(group_id)
         return group
 
-    async def _heartbeat(self, group_id: str, hb: Heartbeat) -> dict[str, Any]:
+    async def _heartbeat(self, group_id: str, hb: Heartbeat,
+                         regex_filter: Callable[[str], bool] | None = None) -> dict[str, Any]:
         group = self._require_consumer_group(group_id, create=hb.member_epoch == 0)
+        if regex_filter is not None:
+            group.regex_topic_filter = regex_filter
         created = group_id not in self.groups
         settings = self.settings(group_id)
         now = self.clock.monotonic_ms()

@@ -222,6 +222,9 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}
         self.owners: dict[tuple[uuid.UUID, int], int] = {}  # partition -> epoch of its owner
         self.resolved: dict[str, tuple[str, ...]] = {}  # regex -> matching topic names
+        # With ACLs: which topics a regex may resolve to (those the principal of the member that
+        # heartbeated last may describe, as Kafka resolves in the refreshing request's context).
+        self.regex_topic_filter: Callable[[str], bool] | None = None
         self.metadata_signature: tuple = ()
 
     # -- queries ---------------------------------------------------------------------------------
@@ -638,7 +641,9 @@ class ConsumerGroup:
             except KafkaError:
                 resolved[pattern] = ()
                 continue
-            resolved[pattern] = tuple(sorted(n for n in topics if n not in INTERNAL_TOPICS and compiled.fullmatch(n)))
+            allowed = self.regex_topic_filter
+            resolved[pattern] = tuple(sorted(n for n in topics if n not in INTERNAL_TOPICS and compiled.fullmatch(n)
+                                             and (allowed is None or allowed(n))))
         changed = resolved != self.resolved
         self.resolved = resolved
         return changed

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -201,6 +202,26 @@ def test_consumer_group_needs_group_read(acl_broker, protocol: str) -> None:
         c.close()
 
 
+def test_regex_subscription_resolves_only_to_describable_topics(acl_broker) -> None:
+    from tests.integration.share_helpers import topic_id
+    from tests.integration.test_consumer_protocol import hb_request
+    b = acl_broker.bootstrap
+    prefix = unique("rx")
+    visible, hidden = new_topic(b, f"{prefix}-a"), new_topic(b, f"{prefix}-b")
+    group, member = unique("grp"), uuid.uuid4().hex[:22]
+    create_acls(b, acl(G, group, Op.READ), acl(T, visible, Op.READ))
+    with rk.RawClient(b) as raw:
+        # the regex matches both topics; the one the member's principal may not describe is left out
+        resp = raw.request(hb_request(group, member, 0, regex=f"{prefix}-.*", rebalance_ms=5000, owned=()))
+        assert int(resp.error_code) == 0, resp
+        assert {tp.topic_id for tp in resp.assignment.topic_partitions} == {topic_id(b, visible)}
+        # once it may describe it (and again after a heartbeat with the regex), it is assigned too
+        create_acls(b, acl(T, hidden, Op.DESCRIBE))
+        resp = raw.request(hb_request(group, member, resp.member_epoch, regex=f"{prefix}-.*"))
+        assert int(resp.error_code) == 0, resp
+        assert {tp.topic_id for tp in resp.assignment.topic_partitions} == {topic_id(b, visible), topic_id(b, hidden)}
+
+
 def test_consumer_without_topic_read_gets_topic_authorization_failed(acl_broker) -> None:
     b = acl_broker.bootstrap
     topic = new_topic(b, "cg")
@@ -358,6 +379,18 @@ def test_share_fetch_and_acknowledge_need_topic_read(acl_broker) -> None:
         ack = member.ack({(tid, 0): [(0, 2, [ACCEPT])]})
         (acked,) = [p for t in ack.responses for p in t.partitions]
         assert int(acked.error_code) == TOPIC_AUTHZ
+        # ShareGroupDescribe: the group's authorized operations, and no view of a group whose
+        # members are assigned a topic the principal may not describe
+        with rk.RawClient(b) as raw:
+            cls = rk.req_cls(77, 1)
+            (described,) = raw.request(cls(group_ids=(group,), include_authorized_operations=True)).groups
+            assert int(described.error_code) == 0 and described.members
+            # READ (implying DESCRIBE) and ALTER_CONFIGS (implying DESCRIBE_CONFIGS)
+            assert described.authorized_operations == (1 << 3) | (1 << 8) | (1 << 10) | (1 << 11)
+            delete_acls(b, acl(T, topic, Op.DESCRIBE))
+            (described,) = raw.request(cls(group_ids=(group,), include_authorized_operations=True)).groups
+            assert (int(described.error_code), described.error_message, described.members) == (
+                TOPIC_AUTHZ, "The group has described topic(s) that the client is not authorized to describe.", ())
 
 
 def test_share_admin_apis(acl_broker) -> None:
@@ -403,7 +436,6 @@ def test_share_group_state_apis_need_cluster_action(acl_broker) -> None:
         cls = rk.req_cls(84, 0)
         t_cls = rk._nested(cls, "topics")
         p_cls = rk._nested(t_cls, "partitions")
-        import uuid
         resp = raw.request(cls(group_id="g", topics=(t_cls(topic_id=uuid.uuid4(), partitions=(
             p_cls(partition=0, leader_epoch=0),)),)))
         assert int(resp.results[0].partitions[0].error_code) == CLUSTER_AUTHZ

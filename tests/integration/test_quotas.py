@@ -181,11 +181,19 @@ def test_fetch_over_consumer_byte_rate_is_throttled(quota_broker) -> None:
     create_topic(b, topic)
     with rk.RawClient(b, client_id="loader") as raw:
         raw.request(rk.produce_request(topic, 0, _batch(50_000)))
-    assert alter(b, [("user", ME)], [("consumer_byte_rate", 10_000, False)]) == [(0, None)]
+    assert alter(b, [("user", ME)], [("consumer_byte_rate", 30_000, False)]) == [(0, None)]
     with rk.RawClient(b, client_id="reader") as raw:
+        # 50 KB at once is over 30 KB/s: as Kafka, the answer is empty, with the throttle time, and the
+        # bytes are not counted, so after the throttle the same fetch is served
         resp = raw.request(rk.fetch_request(topic, 0, 0))
-    assert int(resp.error_code) == 0 and resp.responses[0].partitions[0].records
-    assert 0 < int(resp.throttle_time.total_seconds() * 1000) <= 2000
+        throttle_ms = int(resp.throttle_time.total_seconds() * 1000)
+        assert int(resp.error_code) == 0 and resp.responses == ()
+        assert 0 < throttle_ms <= 2000
+        # fetching again (each request read once the previous throttle has passed) is served
+        deadline = time.monotonic() + 15
+        while not (again := raw.request(rk.fetch_request(topic, 0, 0))).responses:
+            assert time.monotonic() < deadline, "never served again"
+    assert again.responses[0].partitions[0].records
 
 
 def test_request_percentage_throttles_any_request(quota_broker) -> None:
@@ -228,6 +236,27 @@ def test_controller_mutation_rate(quota_broker) -> None:
                                                        assignments=(), configs=()),),
                                      timeout=datetime.timedelta(seconds=10), validate_only=False))
         assert int(resp.topics[0].error_code) == 0 and int(resp.throttle_time.total_seconds() * 1000) > 0
+
+
+def test_connection_creation_rate_per_ip(quota_broker) -> None:
+    b = quota_broker.bootstrap
+    from tests.integration.clients import address_seen_by
+    ip = address_seen_by(b)
+    assert alter(b, [("ip", ip)], [("connection_creation_rate", 2, False)]) == [(0, None)]
+    answered, closed = 0, 0
+    clients = [rk.RawClient(b) for _ in range(6)]  # at once: well over 2 a second
+    try:
+        for raw in clients:
+            try:
+                raw.request(rk.api_versions_request(3), timeout=5)
+                answered += 1
+            except (rk.ConnectionClosed, ConnectionResetError):  # refused: closed after the throttle time
+                closed += 1
+    finally:
+        for raw in clients:
+            raw.close()
+    assert answered >= 1 and closed >= 1, (answered, closed)
+    assert quota_broker.log_events("connection throttled")
 
 
 def test_quotas_off_cost_nothing_and_answer_zero(make_broker) -> None:
