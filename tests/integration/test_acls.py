@@ -8,6 +8,7 @@ ACL APIs need) and CREATE (what topic set-up needs), then runs without super use
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,6 +133,40 @@ def test_acl_apis_need_cluster_alter_and_describe(tmp_path: Path) -> None:
                                                  pattern_type_filter=1, principal_filter=None, host_filter=None,
                                                  operation=1, permission_type=1))
         assert (int(resp.error_code), resp.resources) == (CLUSTER_AUTHZ, ())
+    finally:
+        proc.stop()
+
+
+def _alter_scram(raw: rk.RawClient, user: str):
+    cls = rk.req_cls(51, 0)
+    upsert = rk._nested(cls, "upsertions")
+    return raw.request(cls(deletions=(), upsertions=(upsert(name=user, mechanism=1, iterations=4096, salt=b"s" * 16,
+                                                             salted_password=b"p" * 32),)))
+
+
+def _update_share_version(raw: rk.RawClient, level: int):
+    cls = rk.req_cls(57, 1)
+    key = rk._nested(cls, "feature_updates")
+    return raw.request(cls(timeout=datetime.timedelta(seconds=10), validate_only=True,
+                           feature_updates=(key(feature="share.version", max_version_level=level, upgrade_type=1),)))
+
+
+def test_scram_users_and_features_need_cluster_alter(tmp_path: Path) -> None:
+    """AlterUserScramCredentials and UpdateFeatures, as Kafka: ALTER on the cluster, else
+    CLUSTER_AUTHORIZATION_FAILED (for each user of the former, at the top of the latter)."""
+    proc = broker_for_tests(tmp_path / "data", AUTHORIZER)  # no ACLs, no super users
+    try:
+        with rk.RawClient(proc.bootstrap) as raw:
+            resp = _alter_scram(raw, "alice")
+            assert [(r.user, int(r.error_code)) for r in resp.results] == [("alice", CLUSTER_AUTHZ)]
+            assert int(_update_share_version(raw, 2).error_code) == CLUSTER_AUTHZ
+    finally:
+        proc.stop()
+    proc = start_acl_broker(tmp_path / "data", admin_acls())
+    try:
+        with rk.RawClient(proc.bootstrap) as raw:
+            assert [(r.user, int(r.error_code)) for r in _alter_scram(raw, "alice").results] == [("alice", 0)]
+            assert int(_update_share_version(raw, 2).error_code) == 0
     finally:
         proc.stop()
 
