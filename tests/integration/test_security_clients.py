@@ -6,6 +6,8 @@ SCRAM-SHA-512 and OAUTHBEARER (unsecured JWTs); the principal each connection au
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -181,3 +183,23 @@ def test_scram_users_with_admin_client_survive_restart(make_broker: BrokerFactor
     broker.start()  # the deletion is durable too
     a = admin(broker.bootstrap)
     assert "carol" not in a.describe_user_scram_credentials().result(10)
+
+
+def test_scram_users_with_configs_command(secured: BrokerProcess) -> None:
+    """`sharebroker configs --entity-type users` adds, describes and deletes SCRAM credentials as
+    kafka-configs.sh does; the user it adds authenticates."""
+    def configs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sharebroker", "configs", "--bootstrap-server", secured.bootstrap,
+                               "--entity-type", "users", *args], capture_output=True, text=True, timeout=60)
+
+    added = configs("--entity-name", "dan", "--alter", "--add-config", "SCRAM-SHA-256=[iterations=8192,password=dan-pw]")
+    assert added.returncode == 0 and added.stdout == "Completed updating config for user dan.\n", added
+    described = configs("--entity-name", "dan", "--describe")
+    assert described.stdout == "SCRAM credential configs for user-principal 'dan' are SCRAM-SHA-256=iterations=8192\n"
+    producer = Producer({**SECURITY.confluent(secured, "SASL_SSL", "SCRAM-SHA-256", "dan", "dan-pw"),
+                         "message.timeout.ms": 15000})
+    producer.produce(unique_name("sec"), b"x")
+    assert producer.flush(20) == 0
+    deleted = configs("--entity-name", "dan", "--alter", "--delete-config", "SCRAM-SHA-256")
+    assert deleted.returncode == 0, deleted
+    assert configs("--entity-name", "dan", "--describe").stdout == ""
