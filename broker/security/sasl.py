@@ -217,10 +217,18 @@ class SaslSession:
                               "or the token lifetime")
             return Outcome(None, close=True, reason="authentication session expired")
         if len(frame) >= 2 and frame[0] == 0 and frame[1] == 17:
+            # As Kafka's KafkaChannel: re-authentication only for a session that expires, at most once
+            # a second; other handshakes go to the SaslHandshake handler (ILLEGAL_SASL_STATE).
+            now = time.monotonic()
+            if self.expires_at is None or now - self._last_reauth < 1.0:
+                return PASS
+            self._last_reauth = now
             self.reauthenticating = True
             self.state = "handshake"
             return self._kafka_request(frame)
         return PASS
+
+    _last_reauth = float("-inf")
 
     def handle(self, frame: bytes | memoryview) -> Outcome:
         """A frame before authentication completed."""
