@@ -205,7 +205,8 @@ class Broker:
                     setup = loop.connect_accepted_socket(protocol, sock, ssl=ctx, ssl_handshake_timeout=handshake_s)
                 task = loop.create_task(setup)
                 task.add_done_callback(functools.partial(self._connect_failed, sock=sock, listener=name,
-                                                         tls=ctx is not None, peer=_peer_of(sock)))
+                                                         tls=ctx is not None,
+                                                         peer=_peer_of(sock) if ctx is not None else "?"))
 
             acceptor = Acceptor(listener.name, bind(listener.host or None, listener.port), connected)
             self._acceptors.append(acceptor)
