@@ -203,3 +203,30 @@ def test_scram_users_with_configs_command(secured: BrokerProcess) -> None:
     deleted = configs("--entity-name", "dan", "--alter", "--delete-config", "SCRAM-SHA-256")
     assert deleted.returncode == 0, deleted
     assert configs("--entity-name", "dan", "--describe").stdout == ""
+
+
+def test_pkcs12_and_inline_pem_stores(make_broker: BrokerFactory, tmp_path: Any) -> None:
+    """Key and trust stores as PKCS12 files (read with `cryptography`) and as PEM text in the
+    settings themselves (ssl.keystore.certificate.chain/key on one line, as in a properties file)."""
+    base = BrokerSecurity(listeners=("SSL",), client_auth="required")
+    base.prepare(tmp_path)
+    certs = base.certs
+    assert certs is not None
+    one_line = " ".join(certs.broker_chain.read_text().split("\n"))
+    variants = [
+        {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(certs.broker_p12),
+         "ssl.keystore.password": "changeit", "ssl.truststore.type": "PKCS12",
+         "ssl.truststore.location": str(certs.client_p12), "ssl.truststore.password": "changeit"},
+        {"ssl.keystore.location": "", "ssl.keystore.certificate.chain": one_line,
+         "ssl.keystore.key": certs.broker_key.read_text(), "ssl.truststore.location": "",
+         "ssl.truststore.certificates": certs.ca.read_text()},
+    ]
+    for index, settings in enumerate(variants):
+        security = BrokerSecurity(listeners=("SSL",), client_auth="required", settings=settings, certs=certs)
+        broker = make_broker(security=security, name=f"stores-{index}")
+        assert isinstance(broker, BrokerProcess)
+        producer = Producer({**security.confluent(broker, "SSL", client_cert=True), "message.timeout.ms": 15000})
+        producer.produce(unique_name("sec"), b"x")
+        assert producer.flush(20) == 0, settings
+        assert _authenticated(broker, "User:CN=client,O=sharebroker dev", None)
+        broker.kill()
