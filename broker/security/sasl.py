@@ -179,6 +179,9 @@ class Outcome:
 
 
 PASS = Outcome(None, passthrough=True)
+# The session lifetime sent is a timedelta in kio, which holds at most about 2.7 million years;
+# a token that expires later (exp 1e308) gets a century, which to a client is the same: never.
+_MAX_LIFETIME_MS = 100 * 365 * 86_400_000
 _AUTH_APIS = (17, 18)
 
 
@@ -368,15 +371,17 @@ class SaslSession:
         return self._sec.reauth_ms > 0 or getattr(server, "expires_ms", None) is not None
 
     def _session_lifetime_ms(self, server: Mechanism) -> int:
-        """Kafka's calcCompletionTimesAndReturnSessionLifetimeMs."""
+        """Kafka's calcCompletionTimesAndReturnSessionLifetimeMs, at most _MAX_LIFETIME_MS."""
         credential_expiry: int | None = getattr(server, "expires_ms", None)
         max_reauth = self._sec.reauth_ms
         now_ms = int(time.time() * 1000)
         if credential_expiry is None:
-            return max(0, max_reauth) if max_reauth > 0 else 0
-        if max_reauth <= 0:
-            return max(0, credential_expiry - now_ms)
-        return max(0, min(credential_expiry - now_ms, max_reauth))
+            lifetime = max(0, max_reauth) if max_reauth > 0 else 0
+        elif max_reauth <= 0:
+            lifetime = max(0, credential_expiry - now_ms)
+        else:
+            lifetime = max(0, min(credential_expiry - now_ms, max_reauth))
+        return min(lifetime, _MAX_LIFETIME_MS)
 
     def _authenticate_response(self, req: Any, code: ErrorCode, message: str | None, token: bytes,
                                lifetime_ms: int) -> bytes:
