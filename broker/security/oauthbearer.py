@@ -122,6 +122,7 @@ class OAuthBearerServer:
         self.expires_ms: int | None = None
         self.complete = False
         self._error: str | None = None
+        self.validation_error: str | None = None  # why the last token was refused, for the log
 
     def evaluate(self, token: bytes) -> bytes:
         if token == b"\x01" and self._error is not None:
@@ -158,8 +159,6 @@ class OAuthBearerServer:
         self.expires_ms = expires_ms
         self.complete = True
         return b""
-
-    validation_error: str | None = None
 
 
 def unsecured_token(principal: str, lifetime_s: float = 3600, scope: str | None = None, **claims: Any) -> str:

@@ -201,7 +201,8 @@ class SaslSession:
         self.principal: KafkaPrincipal | None = None
         self.expires_at: float | None = None  # monotonic
         self.reauthenticating = False
-        self.supports_reauth = False
+        self._last_reauth = float("-inf")  # monotonic start of the last re-authentication
+        self._bad_reauth_mechanism: str | None = None  # Kafka's REAUTH_BAD_MECHANISM message
 
     @property
     def authenticated(self) -> bool:
@@ -230,8 +231,6 @@ class SaslSession:
             self.state = "handshake"
             return self._kafka_request(frame)
         return PASS
-
-    _last_reauth = float("-inf")
 
     def handle(self, frame: bytes | memoryview) -> Outcome:
         """A frame before authentication completed."""
@@ -281,8 +280,6 @@ class SaslSession:
         self.state = "authenticate"
         return Outcome(self._handshake_response(req, ErrorCode.none))
 
-    _bad_reauth_mechanism: str | None = None
-
     def _handshake_response(self, req: Any, code: ErrorCode) -> bytes:
         return encode_response(req.correlation_id, build(response_class(17, req.api_version), {
             "error_code": code, "mechanisms": list(self._sec.mechanisms)}))
@@ -305,36 +302,33 @@ class SaslSession:
             except Exception:
                 resp = None
             return Outcome(encode_response(req.correlation_id, resp) if resp is not None else None, close=True)
-        if req.api_version > 0:
-            self.supports_reauth = True
         return self._token(req.body.auth_bytes, req)
 
     def _token(self, token: bytes, req: Any) -> Outcome:
         server = self._server
         assert server is not None and self.mechanism is not None
         what = "re-authentication" if self.reauthenticating else "authentication"
+        detail: str | None = None
         try:
             if self._bad_reauth_mechanism is not None:
                 raise AuthFailed(self._bad_reauth_mechanism)
             challenge = server.evaluate(token)
         except (AuthFailed, ScramAuthzError, OAuthBearerAuthzError) as exc:
             message = str(exc)
+            detail = getattr(server, "validation_error", None)  # why an OAUTHBEARER token was refused
         except Exception as exc:  # ScramError, OAuthBearerError, and anything a malformed token may cause
             # Kafka keeps a SaslException's own text from the client (it may tell which users exist).
-            self._fail_detail = str(exc)
+            detail = str(exc) or type(exc).__name__
             message = (f"Authentication failed during {what} due to invalid credentials with SASL mechanism "
                        f"{self.mechanism}")
         else:
             return self._progress(challenge, req, what)
         self._fail(f"SASL {what} failed, closing connection", mechanism=self.mechanism,
-                   error="SASL_AUTHENTICATION_FAILED", message=message,
-                   **({"detail": self._fail_detail} if self._fail_detail else {}))
+                   error="SASL_AUTHENTICATION_FAILED", message=message, **({"detail": detail} if detail else {}))
         if req is None:  # raw tokens: Kafka closes without a word
             return Outcome(None, close=True)
         return Outcome(self._authenticate_response(req, ErrorCode.sasl_authentication_failed, message, b"", 0),
                        close=True)
-
-    _fail_detail: str | None = None
 
     def _progress(self, challenge: bytes, req: Any, what: str) -> Outcome:
         server = self._server

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, Producer
 from kafka import KafkaProducer
 
 from sharebroker.testing import BrokerProcess, BrokerSecurity, unique_name, wait_for
+from sharebroker.testing.security import unsecured_jwt
 from sharebroker.testing.plugin import BrokerFactory, broker_for_tests
 from tests.integration import rawkafka as rk
 
@@ -94,6 +95,23 @@ def test_unsupported_mechanism(secured: BrokerProcess, healthy: Producer) -> Non
     assert "SCRAM-SHA-256" in errors[0].str() and "PLAIN" in errors[0].str()
     events = _log_events(secured, "unsupported SASL mechanism, closing connection", before)
     assert events and events[0]["enabled"] == "PLAIN" and events[0]["mechanism"] == "SCRAM-SHA-256"
+
+
+def test_expired_oauthbearer_token(secured: BrokerProcess, healthy: Producer) -> None:
+    """RFC 7628 as Kafka's OAuthBearerSaslServer: an invalid token is answered with the JSON error
+    as a challenge; the client's %x01 reply gets SASL_AUTHENTICATION_FAILED with that JSON."""
+    before = len(secured.log_events("SASL authentication failed, closing connection"))
+    token = unsecured_jwt("alice", lifetime_s=-60)
+    with rk.RawClient(secured.listener_bootstrap("SASL_SSL")) as client:
+        client.sock = SECURITY.ssl_context().wrap_socket(client.sock, server_hostname="localhost")
+        assert client.request(rk.req_cls(17, 1)(mechanism="OAUTHBEARER")).error_code == 0
+        first = client.request(rk.req_cls(36, 2)(auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode()))
+        assert (first.error_code, first.auth_bytes) == (0, b'{"status":"invalid_token"}')
+        final = client.request(rk.req_cls(36, 2)(auth_bytes=b"\x01"))
+        assert (final.error_code, final.error_message) == (58, '{"status":"invalid_token"}')
+        assert client.wait_closed()
+    events = _log_events(secured, "SASL authentication failed, closing connection", before, mechanism="OAUTHBEARER")
+    assert len(events) == 1 and "Expiration Time" in events[0]["detail"]
 
 
 def test_gssapi_answered_unsupported_with_enabled_mechanisms(secured: BrokerProcess) -> None:
