@@ -28,6 +28,7 @@ from sharebroker.broker.structured_log import get_logger
 from sharebroker.config.definitions import ConfigError
 from sharebroker.config.listeners import Listener
 from sharebroker.config.security_settings import SASL_MECHANISMS, listener_setting, mechanism_jaas_config
+from sharebroker.protocol.api_table import API_VERSIONS
 from sharebroker.protocol.codec import FrameError, build, decode_request, encode_response, peek_header, response_class
 
 if TYPE_CHECKING:
@@ -242,9 +243,9 @@ class SaslSession:
 
     def _kafka_request(self, frame: bytes | memoryview) -> Outcome:
         try:
-            api_key, version, correlation_id = peek_header(frame)
+            api_key, version, _ = peek_header(frame)
         except FrameError:
-            api_key = -1
+            api_key = version = -1
         if api_key not in _AUTH_APIS:
             self._fail("request before authentication, closing connection", api_key=api_key,
                        state=self.state, detail="Invalid request, potential reasons: kafka client configured "
@@ -255,7 +256,9 @@ class SaslSession:
                 self._fail("unexpected ApiVersions request during SASL authentication, closing connection",
                            state=self.state)
                 return Outcome(None, close=True)
-            self.state = "handshake"
+            lo, hi = API_VERSIONS[18]
+            if lo <= version <= hi:  # a version it must retry lower leaves the door open, as Kafka
+                self.state = "handshake"
             return PASS  # answered by the ApiVersions handler, as on any listener
         try:
             req = decode_request(frame)

@@ -172,6 +172,12 @@ def test_other_request_during_authentication_gets_illegal_sasl_state(secured: Br
 
 def test_handshake_v1_authenticate_then_requests(secured: BrokerProcess) -> None:
     with rk.RawClient(secured.listener_bootstrap("SASL_PLAINTEXT")) as client:
+        # An ApiVersions version the broker does not know: answered (v0, UNSUPPORTED_VERSION), and the
+        # client may retry lower before its handshake, as with Kafka.
+        client.send_bytes(rk.encode_request(rk.api_versions_request(3), 99)[:6] + (99).to_bytes(2, "big")
+                          + rk.encode_request(rk.api_versions_request(3), 99)[8:])
+        corr, body = rk.decode_response(client.recv_frame(), 18, 0)
+        assert (corr, body.error_code) == (99, 35)
         assert client.request(rk.api_versions_request()).error_code == 0
         assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 0
         resp = client.request(rk.req_cls(36, 2)(auth_bytes=b"\0alice\0alice-secret"))
