@@ -20,14 +20,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.security.jaas import single_module
-from sharebroker.broker.security.oauthbearer import OAuthBearerAuthzError, OAuthBearerServer, UnsecuredValidator
+from sharebroker.broker.security.oauthbearer import (
+    JwksValidator,
+    OAuthBearerAuthzError,
+    OAuthBearerServer,
+    UnsecuredValidator,
+)
 from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from sharebroker.broker.security.scram import ScramAuthzError, ScramCredentials, ScramServer
 from sharebroker.broker.security.tls import PrincipalMapper, peer_distinguished_name, server_context
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config.definitions import ConfigError
 from sharebroker.config.listeners import Listener
-from sharebroker.config.security_settings import SASL_MECHANISMS, listener_setting, mechanism_jaas_config
+from sharebroker.config.security_settings import (
+    JWKS_VALIDATOR,
+    SASL_MECHANISMS,
+    listener_setting,
+    mechanism_jaas_config,
+    mechanism_setting,
+)
 from sharebroker.protocol.api_table import API_VERSIONS
 from sharebroker.protocol.codec import FrameError, build, decode_request, encode_response, peek_header, response_class
 
@@ -100,7 +111,7 @@ class ListenerSecurity:
     principal_mapper: PrincipalMapper | None = None
     mechanisms: list[str] = field(default_factory=list)
     plain_users: dict[str, str] = field(default_factory=dict)
-    oauth: UnsecuredValidator | None = None
+    oauth: UnsecuredValidator | JwksValidator | None = None
     reauth_ms: int = 0
     max_receive: int = 524288
     scram: ScramCredentials | None = None
@@ -161,8 +172,36 @@ def listener_security(config: BrokerConfig, listener: Listener, scram: ScramCred
             module = single_module(jaas, setting)
             sec.plain_users = {k[len("user_"):]: v for k, v in module.options.items() if k.startswith("user_")}
         elif name == "OAUTHBEARER":
-            sec.oauth = UnsecuredValidator(single_module(jaas, setting).options if jaas else {})
+            def mech(key: str) -> Any:
+                return mechanism_setting(config.value, config.listener_settings, listener.name, "OAUTHBEARER", key)
+
+            if mech("sasl.server.callback.handler.class") == JWKS_VALIDATOR:
+                sec.oauth = _jwks_validator(listener.name, mech)
+            else:
+                sec.oauth = UnsecuredValidator(single_module(jaas, setting).options if jaas else {})
     return sec
+
+
+def _jwks_validator(listener: str, mech: Callable[[str], Any]) -> JwksValidator:
+    url = mech("sasl.oauthbearer.jwks.endpoint.url")
+    if not url:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", f"OAUTHBEARER on listener {listener} with "
+                          f"{JWKS_VALIDATOR} needs sasl.oauthbearer.jwks.endpoint.url")
+    try:
+        import jwt  # noqa: F401  (PyJWT)
+    except ImportError:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", "JWKS validation needs PyJWT: pip install pyjwt") from None
+    validator = JwksValidator(url, audience=list(mech("sasl.oauthbearer.expected.audience")),
+                              issuer=mech("sasl.oauthbearer.expected.issuer") or None,
+                              principal_claim=mech("sasl.oauthbearer.sub.claim.name"),
+                              scope_claim=mech("sasl.oauthbearer.scope.claim.name"),
+                              skew_s=mech("sasl.oauthbearer.clock.skew.seconds"))
+    validator.refresh_ms = mech("sasl.oauthbearer.jwks.endpoint.refresh.ms")
+    try:
+        validator.refresh()  # at start-up, as Kafka: a broker that cannot read its keys does not start
+    except Exception as exc:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", f"Cannot read the JWKS at {url}: {exc}") from None
+    return validator
 
 
 # -- the per-connection exchange -------------------------------------------------------------------
