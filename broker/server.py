@@ -33,6 +33,7 @@ from sharebroker.broker.metrics import NULL_RECORDER, MetricsRecorder, Recorder
 from sharebroker.broker.open_files import raise_limit
 from sharebroker.broker.quotas import ClientQuotas, QuotaStore
 from sharebroker.broker.clock import Clock, LoopClock
+from sharebroker.broker.security.oauthbearer import JwksValidator
 from sharebroker.broker.security.sasl import ListenerSecurity, listener_security
 from sharebroker.broker.security.scram import ScramCredentials
 from sharebroker.broker.security.tls import NoMatchingRule
@@ -113,6 +114,7 @@ class Broker:
             pair.rpartition(":") for pair in config["max.connections.per.ip.overrides"].split(",") if pair.strip())}
         self._closed_since_trim = 0
         self._timers: list[asyncio.Task[None]] = []
+        self._jwks: list[JwksValidator] = []  # OAUTHBEARER key sets to keep fresh
         self._producer_ids: range = range(0)
         self._producer_id_iter: Any = iter(())
 
@@ -231,6 +233,8 @@ class Broker:
         handshake_s = min(self.config["connections.max.idle.ms"], 60_000) / 1000
         for listener in self.config.listeners:
             security = listener_security(self.config, listener, self.scram_credentials)
+            if isinstance(security.oauth, JwksValidator):
+                self._jwks.append(security.oauth)
             secured = security if security.protocol != "PLAINTEXT" else None
 
             def protocol(name: str = listener.name, secured: ListenerSecurity | None = secured) -> FrameProtocol:
@@ -245,7 +249,8 @@ class Broker:
                     setup = loop.connect_accepted_socket(protocol, sock, ssl=ctx, ssl_handshake_timeout=handshake_s)
                 task = loop.create_task(setup)
                 task.add_done_callback(functools.partial(self._connect_failed, sock=sock, listener=name,
-                                                         tls=ctx is not None, peer=_peer_of(sock)))
+                                                         tls=ctx is not None,
+                                                         peer=_peer_of(sock) if ctx is not None else "?"))
 
             acceptor = Acceptor(listener.name, bind(listener.host or None, listener.port), connected)
             self._acceptors.append(acceptor)
@@ -486,6 +491,25 @@ class Broker:
         self._timers.append(loop.create_task(self._every(60_000, self._expire_producers)))
         idle_ms = self.config["connections.max.idle.ms"]
         self._timers.append(loop.create_task(self._every(max(100, min(idle_ms // 4, 30_000)), self._close_idle)))
+        for jwks in self._jwks:
+            self._timers.append(loop.create_task(self._refresh_jwks(jwks)))
+
+    async def _refresh_jwks(self, jwks: JwksValidator) -> None:
+        """Fetch an OAUTHBEARER key set again every refresh.ms, or soon when a token named an unknown
+        key; in a thread, so the loop never waits on the identity provider."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(1.0)
+            due = time.monotonic() - jwks.refreshed_at >= jwks.refresh_ms / 1000
+            if not (due or jwks.refresh_wanted):
+                continue
+            try:
+                await loop.run_in_executor(None, jwks.refresh)
+                log.info("JWKS refreshed", url=jwks.url, keys=len(jwks.keys))
+            except Exception as exc:
+                jwks.refreshed_at = time.monotonic()  # try again at the next period, not every second
+                jwks.refresh_wanted = False
+                log.warning("JWKS refresh failed", url=jwks.url, error=str(exc))
 
     def _flush_check_ms(self) -> int:
         interval = self.config["log.flush.scheduler.interval.ms"]

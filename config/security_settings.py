@@ -6,16 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sharebroker.config.definitions import AtLeast, ConfigDef, ConfigError, ListOf, OneOf
+from sharebroker.config.definitions import AtLeast, ConfigDef, ConfigError, OneOf
 
-__all__ = ["LISTENER_PREFIX", "SASL_MECHANISMS", "SECURITY_DEFS", "is_listener_setting", "listener_setting",
-           "mechanism_jaas_config", "security_defs", "split_listener_name", "validate_listener_settings"]
+__all__ = ["JWKS_VALIDATOR", "LISTENER_PREFIX", "SASL_MECHANISMS", "SECURITY_DEFS", "is_listener_setting", "listener_setting",
+           "mechanism_jaas_config", "mechanism_setting", "security_defs", "split_listener_name",
+           "validate_listener_settings"]
 
 LISTENER_PREFIX = "listener.name."
 # Mechanisms served; GSSAPI (Kerberos) is known to clients and Kafka but not implemented here.
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
 _UNSECURED_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler"
+JWKS_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 
 def _tls_versions(name: str, value: tuple[str, ...]) -> None:
@@ -25,9 +27,10 @@ def _tls_versions(name: str, value: tuple[str, ...]) -> None:
 
 
 def _server_callback_handler(name: str, value: str | None) -> None:
-    if value not in (None, "", _UNSECURED_VALIDATOR):
+    if value not in (None, "", _UNSECURED_VALIDATOR, JWKS_VALIDATOR):
         raise ConfigError.invalid(name, value, "sharebroker validates OAUTHBEARER tokens with Kafka's unsecured "
-                                  f"validator only ({_UNSECURED_VALIDATOR}); custom callback handlers are not supported")
+                                  f"validator ({_UNSECURED_VALIDATOR}, the default) or its JWKS validator "
+                                  f"({JWKS_VALIDATOR}); custom callback handlers are not supported")
 
 
 def security_defs() -> list[ConfigDef]:
@@ -60,7 +63,7 @@ def security_defs() -> list[ConfigDef]:
           "name to a principal name: RULE:pattern/replacement/[LU] entries and DEFAULT, as Kafka's SslPrincipalMapper."),
         d("ssl.endpoint.identification.algorithm", "string", "https", "Host name verification of the peer; a "
           "broker with no inter-broker connections never checks one."),
-        d("ssl.provider", "string", None, "Security provider." + " Not used: TLS is OpenSSL's."),
+        d("ssl.provider", "string", None, "Security provider. Not used: TLS is OpenSSL's."),
         d("ssl.keymanager.algorithm", "string", "SunX509", "Key manager algorithm. Not used: TLS is OpenSSL's."),
         d("ssl.trustmanager.algorithm", "string", "PKIX", "Trust manager algorithm. Not used: TLS is OpenSSL's."),
         d("ssl.secure.random.implementation", "string", None, "SecureRandom implementation. Not used."),
@@ -72,29 +75,32 @@ def security_defs() -> list[ConfigDef]:
         d("sasl.jaas.config", "password", None, "JAAS login configuration (PlainLoginModule user_<name>=\"password\" "
           "entries for PLAIN; OAuthBearerLoginModule unsecuredValidator* options for OAUTHBEARER). Usually given "
           "per listener and mechanism: listener.name.<listener>.<mechanism>.sasl.jaas.config."),
-        d("sasl.server.callback.handler.class", "class", None, "Server callback handler; only Kafka's unsecured "
-          "OAUTHBEARER validator is supported (the default).", _server_callback_handler),
+        d("sasl.server.callback.handler.class", "class", None, "Server callback handler of OAUTHBEARER, usually "
+          "per listener and mechanism (listener.name.<l>.oauthbearer.sasl.server.callback.handler.class): Kafka's "
+          f"unsecured validator (the default) or {JWKS_VALIDATOR}, which checks signed JWTs against "
+          "sasl.oauthbearer.jwks.endpoint.url.", _server_callback_handler),
         d("sasl.server.max.receive.size", "int", 524288, "Largest frame accepted before authentication completes.",
           AtLeast(1)),
         d("connections.max.reauth.ms", "long", 0, "Most milliseconds an authenticated SASL session lasts before "
           "the client must re-authenticate (KIP-368); a connection that sends a request after its session expired "
           "is closed. 0: sessions never expire."),
         d("sasl.kerberos.service.name", "string", None, "Kerberos service name. GSSAPI is not supported."),
-        d("sasl.oauthbearer.jwks.endpoint.url", "string", None, "JWKS endpoint to validate OAUTHBEARER tokens. "
-          "Not supported: tokens are validated with Kafka's unsecured validator."),
-        d("sasl.oauthbearer.expected.audience", "list", (), "Audiences expected in OAUTHBEARER tokens (JWKS "
-          "validation, not supported)."),
-        d("sasl.oauthbearer.expected.issuer", "string", None, "Issuer expected in OAUTHBEARER tokens (JWKS "
-          "validation, not supported)."),
-        d("sasl.oauthbearer.sub.claim.name", "string", "sub", "Claim holding the principal (JWKS validation, not "
-          "supported; the unsecured validator reads unsecuredValidatorPrincipalClaimName)."),
-        d("sasl.oauthbearer.scope.claim.name", "string", "scope", "Claim holding the scope (JWKS validation, not "
-          "supported)."),
+        d("sasl.oauthbearer.jwks.endpoint.url", "string", None, "JWKS endpoint (http/https) whose keys sign "
+          "OAUTHBEARER tokens, for the JWKS validator (read with PyJWT)."),
+        d("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, "How often the JWKS is fetched again "
+          "(also at once when a token names an unknown key).", AtLeast(1)),
+        d("sasl.oauthbearer.expected.audience", "list", (), "Audiences one of which a token's aud must hold "
+          "(JWKS validator); empty: not checked."),
+        d("sasl.oauthbearer.expected.issuer", "string", None, "The iss a token must have (JWKS validator)."),
+        d("sasl.oauthbearer.sub.claim.name", "string", "sub", "Claim holding the principal (JWKS validator; the "
+          "unsecured validator reads unsecuredValidatorPrincipalClaimName)."),
+        d("sasl.oauthbearer.scope.claim.name", "string", "scope", "Claim holding the scope (JWKS validator)."),
+        d("sasl.oauthbearer.clock.skew.seconds", "int", 30, "Clock skew allowed when checking exp, iat and nbf "
+          "(JWKS validator).", AtLeast(0)),
     ]
 
 
 SECURITY_DEFS: dict[str, ConfigDef] = {c.name: c for c in security_defs()}
-_ENABLED_VALIDATOR = ListOf(*SASL_MECHANISMS, "GSSAPI")
 
 
 def split_listener_name(name: str) -> tuple[str, str] | None:
@@ -109,8 +115,13 @@ def split_listener_name(name: str) -> tuple[str, str] | None:
 
 
 def is_listener_setting(name: str) -> bool:
+    """listener.name.<l>.<security setting>, or .<mechanism>.<security setting> (JAAS, callback handler)."""
     split = split_listener_name(name)
-    return split is not None and (split[1] in SECURITY_DEFS or split[1].endswith(".sasl.jaas.config"))
+    if split is None:
+        return False
+    rest = split[1]
+    mechanism, _, setting = rest.partition(".")
+    return rest in SECURITY_DEFS or (mechanism.upper() in (*SASL_MECHANISMS, "GSSAPI") and setting in SECURITY_DEFS)
 
 
 def listener_setting(get: Any, overrides: Mapping[str, str], listener: str, name: str) -> Any:
@@ -133,11 +144,21 @@ def mechanism_jaas_config(get: Any, overrides: Mapping[str, str], listener: str,
     return value or None
 
 
+def mechanism_setting(get: Any, overrides: Mapping[str, str], listener: str, mechanism: str, name: str) -> Any:
+    """listener.name.<l>.<mechanism>.<name>, else the listener's or broker-wide value."""
+    raw = overrides.get(f"{LISTENER_PREFIX}{listener.lower()}.{mechanism.lower()}.{name}")
+    if raw is not None:
+        return SECURITY_DEFS[name].parse(raw)
+    return listener_setting(get, overrides, listener, name)
+
+
 def validate_listener_settings(overrides: Mapping[str, str]) -> None:
-    """Parse every listener-prefixed override with its base setting's rules (ConfigError if invalid)."""
+    """Parse every listener-prefixed override with its base setting's rules (ConfigError if invalid);
+    which mechanisms can be served is checked when the listener starts."""
     for key, raw in overrides.items():
         split = split_listener_name(key)
-        if split is not None and split[1] in SECURITY_DEFS:
-            value = SECURITY_DEFS[split[1]].parse(raw)
-            if split[1] == "sasl.enabled.mechanisms":
-                _ENABLED_VALIDATOR(key, value)
+        if split is None:
+            continue
+        setting = split[1] if split[1] in SECURITY_DEFS else split[1].partition(".")[2]
+        if setting in SECURITY_DEFS:
+            SECURITY_DEFS[setting].parse(raw)

@@ -110,18 +110,81 @@ def _number(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
+class JwksValidator:
+    """Kafka's OAuthBearerValidatorCallbackHandler (BrokerJwtValidator): a JWT signed by a key of the
+    JWKS at sasl.oauthbearer.jwks.endpoint.url (verified with PyJWT), with `exp`, the principal claim
+    (sasl.oauthbearer.sub.claim.name), and the expected audience and issuer when configured. The key
+    set is fetched at start-up and refreshed every sasl.oauthbearer.jwks.endpoint.refresh.ms off the
+    event loop (`refresh`); a token whose key id is unknown starts a refresh and is refused."""
+
+    ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512"]
+
+    def __init__(self, url: str, *, audience: list[str], issuer: str | None, principal_claim: str,
+                 scope_claim: str, skew_s: int, timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.audience = audience
+        self.issuer = issuer
+        self.principal_claim = principal_claim
+        self.scope_claim = scope_claim
+        self.skew_s = skew_s
+        self.timeout_s = timeout_s
+        self.keys: dict[str | None, Any] = {}
+        self.refresh_wanted = False
+        self.refreshed_at = 0.0  # monotonic
+        self.refresh_ms = 3_600_000
+
+    def refresh(self) -> None:
+        """Fetch the key set (blocking: run it in a thread once serving)."""
+        import urllib.request
+
+        import jwt
+
+        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:  # noqa: S310 (a configured URL)
+            jwks = jwt.PyJWKSet.from_json(resp.read().decode())
+        self.keys = {key.key_id: key for key in jwks.keys}
+        self.refresh_wanted = False
+        self.refreshed_at = time.monotonic()
+
+    def validate(self, token: str) -> tuple[str, int]:
+        import jwt
+
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise TokenInvalid(f"Malformed JWT provided: {exc}") from None
+        kid = header.get("kid")
+        key = self.keys.get(kid)
+        if key is None and kid is None and len(self.keys) == 1:  # one key and a token naming none: that one
+            key = next(iter(self.keys.values()))
+        if key is None:
+            self.refresh_wanted = True
+            raise TokenInvalid(f"No key in the JWKS matches the token's key id {header.get('kid')!r}")
+        try:
+            claims = jwt.decode(token, key.key, algorithms=self.ALGORITHMS, audience=self.audience or None,
+                                issuer=self.issuer, leeway=self.skew_s,
+                                options={"require": ["exp"], "verify_aud": bool(self.audience)})
+        except jwt.PyJWTError as exc:
+            raise TokenInvalid(f"Could not validate the JWT: {exc}") from None
+        principal = claims.get(self.principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
+            raise TokenInvalid(f"The principal claim {self.principal_claim} is missing or not a string")
+        exp = claims["exp"]
+        return principal, int(min(exp * 1000, 2**63 - 1))
+
+
 class OAuthBearerServer:
     """The server side: a valid token completes at once; an invalid one is answered with the RFC 7628
     JSON error challenge, and the client's %x01 reply then fails the exchange with that JSON."""
 
     mechanism = "OAUTHBEARER"
 
-    def __init__(self, validator: UnsecuredValidator) -> None:
+    def __init__(self, validator: UnsecuredValidator | JwksValidator) -> None:
         self._validator = validator
         self.user: str | None = None
         self.expires_ms: int | None = None
         self.complete = False
         self._error: str | None = None
+        self.validation_error: str | None = None  # why the last token was refused, for the log
 
     def evaluate(self, token: bytes) -> bytes:
         if token == b"\x01" and self._error is not None:
@@ -159,8 +222,6 @@ class OAuthBearerServer:
         self.complete = True
         return b""
 
-    validation_error: str | None = None
-
 
 def unsecured_token(principal: str, lifetime_s: float = 3600, scope: str | None = None, **claims: Any) -> str:
     """An unsigned JWT as Kafka's unsecured login module makes (for tests and examples)."""
@@ -175,5 +236,5 @@ def unsecured_token(principal: str, lifetime_s: float = 3600, scope: str | None 
     return f"{enc({'alg': 'none'})}.{enc(body)}."
 
 
-__all__ = ["OAuthBearerAuthzError", "OAuthBearerError", "OAuthBearerServer", "TokenInvalid", "UnsecuredValidator",
-           "unsecured_token"]
+__all__ = ["JwksValidator", "OAuthBearerAuthzError", "OAuthBearerError", "OAuthBearerServer", "TokenInvalid",
+           "UnsecuredValidator", "unsecured_token"]

@@ -20,14 +20,26 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.security.jaas import single_module
-from sharebroker.broker.security.oauthbearer import OAuthBearerAuthzError, OAuthBearerServer, UnsecuredValidator
+from sharebroker.broker.security.oauthbearer import (
+    JwksValidator,
+    OAuthBearerAuthzError,
+    OAuthBearerServer,
+    UnsecuredValidator,
+)
 from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from sharebroker.broker.security.scram import ScramAuthzError, ScramCredentials, ScramServer
 from sharebroker.broker.security.tls import PrincipalMapper, peer_distinguished_name, server_context
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.config.definitions import ConfigError
 from sharebroker.config.listeners import Listener
-from sharebroker.config.security_settings import SASL_MECHANISMS, listener_setting, mechanism_jaas_config
+from sharebroker.config.security_settings import (
+    JWKS_VALIDATOR,
+    SASL_MECHANISMS,
+    listener_setting,
+    mechanism_jaas_config,
+    mechanism_setting,
+)
+from sharebroker.protocol.api_table import API_VERSIONS
 from sharebroker.protocol.codec import FrameError, build, decode_request, encode_response, peek_header, response_class
 
 if TYPE_CHECKING:
@@ -99,7 +111,7 @@ class ListenerSecurity:
     principal_mapper: PrincipalMapper | None = None
     mechanisms: list[str] = field(default_factory=list)
     plain_users: dict[str, str] = field(default_factory=dict)
-    oauth: UnsecuredValidator | None = None
+    oauth: UnsecuredValidator | JwksValidator | None = None
     reauth_ms: int = 0
     max_receive: int = 524288
     scram: ScramCredentials | None = None
@@ -160,8 +172,36 @@ def listener_security(config: BrokerConfig, listener: Listener, scram: ScramCred
             module = single_module(jaas, setting)
             sec.plain_users = {k[len("user_"):]: v for k, v in module.options.items() if k.startswith("user_")}
         elif name == "OAUTHBEARER":
-            sec.oauth = UnsecuredValidator(single_module(jaas, setting).options if jaas else {})
+            def mech(key: str) -> Any:
+                return mechanism_setting(config.value, config.listener_settings, listener.name, "OAUTHBEARER", key)
+
+            if mech("sasl.server.callback.handler.class") == JWKS_VALIDATOR:
+                sec.oauth = _jwks_validator(listener.name, mech)
+            else:
+                sec.oauth = UnsecuredValidator(single_module(jaas, setting).options if jaas else {})
     return sec
+
+
+def _jwks_validator(listener: str, mech: Callable[[str], Any]) -> JwksValidator:
+    url = mech("sasl.oauthbearer.jwks.endpoint.url")
+    if not url:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", f"OAUTHBEARER on listener {listener} with "
+                          f"{JWKS_VALIDATOR} needs sasl.oauthbearer.jwks.endpoint.url")
+    try:
+        import jwt  # noqa: F401  (PyJWT)
+    except ImportError:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", "JWKS validation needs PyJWT: pip install pyjwt") from None
+    validator = JwksValidator(url, audience=list(mech("sasl.oauthbearer.expected.audience")),
+                              issuer=mech("sasl.oauthbearer.expected.issuer") or None,
+                              principal_claim=mech("sasl.oauthbearer.sub.claim.name"),
+                              scope_claim=mech("sasl.oauthbearer.scope.claim.name"),
+                              skew_s=mech("sasl.oauthbearer.clock.skew.seconds"))
+    validator.refresh_ms = mech("sasl.oauthbearer.jwks.endpoint.refresh.ms")
+    try:
+        validator.refresh()  # at start-up, as Kafka: a broker that cannot read its keys does not start
+    except Exception as exc:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url", f"Cannot read the JWKS at {url}: {exc}") from None
+    return validator
 
 
 # -- the per-connection exchange -------------------------------------------------------------------
@@ -179,6 +219,9 @@ class Outcome:
 
 
 PASS = Outcome(None, passthrough=True)
+# The session lifetime sent is a timedelta in kio, which holds at most about 2.7 million years;
+# a token that expires later (exp 1e308) gets a century, which to a client is the same: never.
+_MAX_LIFETIME_MS = 100 * 365 * 86_400_000
 _AUTH_APIS = (17, 18)
 
 
@@ -198,7 +241,8 @@ class SaslSession:
         self.principal: KafkaPrincipal | None = None
         self.expires_at: float | None = None  # monotonic
         self.reauthenticating = False
-        self.supports_reauth = False
+        self._last_reauth = float("-inf")  # monotonic start of the last re-authentication
+        self._bad_reauth_mechanism: str | None = None  # Kafka's REAUTH_BAD_MECHANISM message
 
     @property
     def authenticated(self) -> bool:
@@ -217,6 +261,12 @@ class SaslSession:
                               "or the token lifetime")
             return Outcome(None, close=True, reason="authentication session expired")
         if len(frame) >= 2 and frame[0] == 0 and frame[1] == 17:
+            # As Kafka's KafkaChannel: re-authentication only for a session that expires, at most once
+            # a second; other handshakes go to the SaslHandshake handler (ILLEGAL_SASL_STATE).
+            now = time.monotonic()
+            if self.expires_at is None or now - self._last_reauth < 1.0:
+                return PASS
+            self._last_reauth = now
             self.reauthenticating = True
             self.state = "handshake"
             return self._kafka_request(frame)
@@ -232,9 +282,9 @@ class SaslSession:
 
     def _kafka_request(self, frame: bytes | memoryview) -> Outcome:
         try:
-            api_key, version, correlation_id = peek_header(frame)
+            api_key, version, _ = peek_header(frame)
         except FrameError:
-            api_key = -1
+            api_key = version = -1
         if api_key not in _AUTH_APIS:
             self._fail("request before authentication, closing connection", api_key=api_key,
                        state=self.state, detail="Invalid request, potential reasons: kafka client configured "
@@ -245,7 +295,9 @@ class SaslSession:
                 self._fail("unexpected ApiVersions request during SASL authentication, closing connection",
                            state=self.state)
                 return Outcome(None, close=True)
-            self.state = "handshake"
+            lo, hi = API_VERSIONS[18]
+            if lo <= version <= hi:  # a version it must retry lower leaves the door open, as Kafka
+                self.state = "handshake"
             return PASS  # answered by the ApiVersions handler, as on any listener
         try:
             req = decode_request(frame)
@@ -270,8 +322,6 @@ class SaslSession:
         self.state = "authenticate"
         return Outcome(self._handshake_response(req, ErrorCode.none))
 
-    _bad_reauth_mechanism: str | None = None
-
     def _handshake_response(self, req: Any, code: ErrorCode) -> bytes:
         return encode_response(req.correlation_id, build(response_class(17, req.api_version), {
             "error_code": code, "mechanisms": list(self._sec.mechanisms)}))
@@ -294,36 +344,33 @@ class SaslSession:
             except Exception:
                 resp = None
             return Outcome(encode_response(req.correlation_id, resp) if resp is not None else None, close=True)
-        if req.api_version > 0:
-            self.supports_reauth = True
         return self._token(req.body.auth_bytes, req)
 
     def _token(self, token: bytes, req: Any) -> Outcome:
         server = self._server
         assert server is not None and self.mechanism is not None
         what = "re-authentication" if self.reauthenticating else "authentication"
+        detail: str | None = None
         try:
             if self._bad_reauth_mechanism is not None:
                 raise AuthFailed(self._bad_reauth_mechanism)
             challenge = server.evaluate(token)
         except (AuthFailed, ScramAuthzError, OAuthBearerAuthzError) as exc:
             message = str(exc)
+            detail = getattr(server, "validation_error", None)  # why an OAUTHBEARER token was refused
         except Exception as exc:  # ScramError, OAuthBearerError, and anything a malformed token may cause
             # Kafka keeps a SaslException's own text from the client (it may tell which users exist).
-            self._fail_detail = str(exc)
+            detail = str(exc) or type(exc).__name__
             message = (f"Authentication failed during {what} due to invalid credentials with SASL mechanism "
                        f"{self.mechanism}")
         else:
             return self._progress(challenge, req, what)
         self._fail(f"SASL {what} failed, closing connection", mechanism=self.mechanism,
-                   error="SASL_AUTHENTICATION_FAILED", message=message,
-                   **({"detail": self._fail_detail} if self._fail_detail else {}))
+                   error="SASL_AUTHENTICATION_FAILED", message=message, **({"detail": detail} if detail else {}))
         if req is None:  # raw tokens: Kafka closes without a word
             return Outcome(None, close=True)
         return Outcome(self._authenticate_response(req, ErrorCode.sasl_authentication_failed, message, b"", 0),
                        close=True)
-
-    _fail_detail: str | None = None
 
     def _progress(self, challenge: bytes, req: Any, what: str) -> Outcome:
         server = self._server
@@ -360,15 +407,17 @@ class SaslSession:
         return self._sec.reauth_ms > 0 or getattr(server, "expires_ms", None) is not None
 
     def _session_lifetime_ms(self, server: Mechanism) -> int:
-        """Kafka's calcCompletionTimesAndReturnSessionLifetimeMs."""
+        """Kafka's calcCompletionTimesAndReturnSessionLifetimeMs, at most _MAX_LIFETIME_MS."""
         credential_expiry: int | None = getattr(server, "expires_ms", None)
         max_reauth = self._sec.reauth_ms
         now_ms = int(time.time() * 1000)
         if credential_expiry is None:
-            return max(0, max_reauth) if max_reauth > 0 else 0
-        if max_reauth <= 0:
-            return max(0, credential_expiry - now_ms)
-        return max(0, min(credential_expiry - now_ms, max_reauth))
+            lifetime = max(0, max_reauth) if max_reauth > 0 else 0
+        elif max_reauth <= 0:
+            lifetime = max(0, credential_expiry - now_ms)
+        else:
+            lifetime = max(0, min(credential_expiry - now_ms, max_reauth))
+        return min(lifetime, _MAX_LIFETIME_MS)
 
     def _authenticate_response(self, req: Any, code: ErrorCode, message: str | None, token: bytes,
                                lifetime_ms: int) -> bytes:

@@ -88,8 +88,12 @@ class BrokerProcess:
                     self.port = int(text.rsplit(":", 1)[1])
                     self.start_seconds = time.perf_counter() - started
                     if self.security is not None:
-                        self._read_ports()
-                        self.security.after_start(self)
+                        try:
+                            self._read_ports()
+                            self.security.after_start(self)
+                        except BaseException:
+                            self.kill()  # a caller that gets no broker cannot stop it
+                            raise
                     return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")

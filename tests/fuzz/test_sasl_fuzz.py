@@ -28,12 +28,9 @@ from sharebroker.testing.plugin import BrokerFactory
 from tests.integration import rawkafka as rk
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
-_CREDENTIALS_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / f"sharebroker-sasl-fuzz-{os.getpid()}"
-
-
 def _security() -> ListenerSecurity:
-    _CREDENTIALS_DIR.mkdir(parents=True, exist_ok=True)
-    store = ScramCredentials(_CREDENTIALS_DIR)
+    store = ScramCredentials(Path("/nonexistent"))  # credentials in memory only: nothing is written
+    assert not store.users
     store.users = {"alice": {"SCRAM-SHA-256": credential_from_password("SCRAM-SHA-256", "pw"),
                              "SCRAM-SHA-512": credential_from_password("SCRAM-SHA-512", "pw")}}
     return ListenerSecurity("SASL_SSL", "SASL_SSL", mechanisms=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"],

@@ -273,9 +273,6 @@ def test_quota_and_scram_entities(broker):
         assert ok(configs(b, *args)).stdout == "", args
     # (altering quotas: tests/integration/test_quotas.py, on a broker of its own)
     check_all([
-        (["configs", "--bootstrap-server", b, "--user", "alice", "--alter", "--add-config",
-          "SCRAM-SHA-256=[iterations=8192,password=alice-secret]"], 1,
-         ["does not support AlterUserScramCredentials (API key 51), so altering SCRAM credentials cannot be done"]),
         (["configs", "--bootstrap-server", b, "--client", "c1", "--alter", "--add-config", "consumer_byte_rate=fast"],
          1, ["Cannot parse quota configuration value for consumer_byte_rate: fast"]),
         (["configs", "--bootstrap-server", b, "--client", "c1", "--alter", "--add-config", "retention.ms=1"], 1,

@@ -6,6 +6,8 @@ SCRAM-SHA-512 and OAUTHBEARER (unsecured JWTs); the principal each connection au
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -181,3 +183,125 @@ def test_scram_users_with_admin_client_survive_restart(make_broker: BrokerFactor
     broker.start()  # the deletion is durable too
     a = admin(broker.bootstrap)
     assert "carol" not in a.describe_user_scram_credentials().result(10)
+
+
+def test_scram_users_with_configs_command(secured: BrokerProcess) -> None:
+    """`sharebroker configs --entity-type users` adds, describes and deletes SCRAM credentials as
+    kafka-configs.sh does; the user it adds authenticates."""
+    def configs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sharebroker", "configs", "--bootstrap-server", secured.bootstrap,
+                               "--entity-type", "users", *args], capture_output=True, text=True, timeout=60)
+
+    added = configs("--entity-name", "dan", "--alter", "--add-config", "SCRAM-SHA-256=[iterations=8192,password=dan-pw]")
+    assert added.returncode == 0 and added.stdout == "Completed updating config for user dan.\n", added
+    described = configs("--entity-name", "dan", "--describe")
+    assert described.stdout == "SCRAM credential configs for user-principal 'dan' are SCRAM-SHA-256=iterations=8192\n"
+    producer = Producer({**SECURITY.confluent(secured, "SASL_SSL", "SCRAM-SHA-256", "dan", "dan-pw"),
+                         "message.timeout.ms": 15000})
+    producer.produce(unique_name("sec"), b"x")
+    assert producer.flush(20) == 0
+    deleted = configs("--entity-name", "dan", "--alter", "--delete-config", "SCRAM-SHA-256")
+    assert deleted.returncode == 0, deleted
+    assert configs("--entity-name", "dan", "--describe").stdout == ""
+
+
+def test_pkcs12_and_inline_pem_stores(make_broker: BrokerFactory, tmp_path: Any) -> None:
+    """Key and trust stores as PKCS12 files (read with `cryptography`) and as PEM text in the
+    settings themselves (ssl.keystore.certificate.chain/key on one line, as in a properties file)."""
+    base = BrokerSecurity(listeners=("SSL",), client_auth="required")
+    base.prepare(tmp_path)
+    certs = base.certs
+    assert certs is not None
+    one_line = " ".join(certs.broker_chain.read_text().split("\n"))
+    variants = [
+        {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(certs.broker_p12),
+         "ssl.keystore.password": "changeit", "ssl.truststore.type": "PKCS12",
+         "ssl.truststore.location": str(certs.client_p12), "ssl.truststore.password": "changeit"},
+        {"ssl.keystore.location": "", "ssl.keystore.certificate.chain": one_line,
+         "ssl.keystore.key": certs.broker_key.read_text(), "ssl.truststore.location": "",
+         "ssl.truststore.certificates": certs.ca.read_text()},
+    ]
+    for index, settings in enumerate(variants):
+        security = BrokerSecurity(listeners=("SSL",), client_auth="required", settings=settings, certs=certs)
+        broker = make_broker(security=security, name=f"stores-{index}")
+        assert isinstance(broker, BrokerProcess)
+        producer = Producer({**security.confluent(broker, "SSL", client_cert=True), "message.timeout.ms": 15000})
+        producer.produce(unique_name("sec"), b"x")
+        assert producer.flush(20) == 0, settings
+        assert _authenticated(broker, "User:CN=client,O=sharebroker dev", None)
+        broker.kill()
+
+
+@pytest.fixture
+def jwks_server() -> Iterator[tuple[str, Any]]:
+    """An identity provider's JWKS endpoint (an RSA key made for the test), over HTTP."""
+    import http.server
+    import json
+    import threading
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    body = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/jwks", key
+    server.shutdown()
+
+
+def test_oauthbearer_with_jwks(make_broker: BrokerFactory, jwks_server: tuple[str, Any]) -> None:
+    """Kafka's OAuthBearerValidatorCallbackHandler: RS256 JWTs checked against the JWKS endpoint,
+    audience and issuer; confluent-kafka's oauth_cb supplies them. Unsigned, wrongly signed, expired
+    tokens and a wrong audience are refused with invalid_token."""
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from sharebroker.config.security_settings import JWKS_VALIDATOR
+    from sharebroker.testing.security import unsecured_jwt
+    from tests.integration import rawkafka as rk
+
+    url, key = jwks_server
+    security = BrokerSecurity(listeners=("SASL_SSL",), mechanisms=("OAUTHBEARER",), users={}, settings={
+        "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class": JWKS_VALIDATOR,
+        "sasl.oauthbearer.jwks.endpoint.url": url, "sasl.oauthbearer.expected.audience": "kafka",
+        "sasl.oauthbearer.expected.issuer": "https://idp.example"})
+    broker = make_broker(security=security)
+    assert isinstance(broker, BrokerProcess)
+
+    def token(signer: Any = key, **claims: Any) -> str:
+        body = {"sub": "erin", "aud": "kafka", "iss": "https://idp.example", "exp": time.time() + 3600, **claims}
+        return jwt.encode(body, signer, algorithm="RS256", headers={"kid": "k1"})
+
+    assert security.certs is not None
+    conf = {"bootstrap.servers": broker.listener_bootstrap("SASL_SSL"), "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(security.certs.ca), "sasl.mechanism": "OAUTHBEARER",
+            "oauth_cb": lambda _config: (token(), time.time() + 3600), "message.timeout.ms": 15000}
+    producer = Producer(conf)
+    producer.produce(unique_name("sec"), b"x")
+    assert producer.flush(20) == 0
+    assert _authenticated(broker, "User:erin", "OAUTHBEARER")
+
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    for bad in (unsecured_jwt("erin"), token(signer=other_key), token(exp=time.time() - 600), token(aud="other")):
+        with rk.RawClient(broker.listener_bootstrap("SASL_SSL")) as client:
+            client.sock = security.ssl_context().wrap_socket(client.sock, server_hostname="localhost")
+            assert client.request(rk.req_cls(17, 1)(mechanism="OAUTHBEARER")).error_code == 0
+            first = client.request(rk.req_cls(36, 2)(auth_bytes=f"n,,\x01auth=Bearer {bad}\x01\x01".encode()))
+            assert first.auth_bytes == b'{"status":"invalid_token"}'
+            assert client.request(rk.req_cls(36, 2)(auth_bytes=b"\x01")).error_code == 58

@@ -17,13 +17,15 @@ from confluent_kafka import KafkaError, Producer
 from kafka import KafkaProducer
 
 from sharebroker.testing import BrokerProcess, BrokerSecurity, unique_name, wait_for
+from sharebroker.testing.security import unsecured_jwt
 from sharebroker.testing.plugin import BrokerFactory, broker_for_tests
 from tests.integration import rawkafka as rk
 
 pytestmark = pytest.mark.timeout(120)
 
 SECURITY = BrokerSecurity(listeners=("SSL", "SASL_PLAINTEXT", "SASL_SSL"), users={"alice": "alice-secret"},
-                          settings={"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN"})
+                          settings={"listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+                                    "listener.name.ssl.ssl.client.auth": "required"})
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +97,23 @@ def test_unsupported_mechanism(secured: BrokerProcess, healthy: Producer) -> Non
     assert events and events[0]["enabled"] == "PLAIN" and events[0]["mechanism"] == "SCRAM-SHA-256"
 
 
+def test_expired_oauthbearer_token(secured: BrokerProcess, healthy: Producer) -> None:
+    """RFC 7628 as Kafka's OAuthBearerSaslServer: an invalid token is answered with the JSON error
+    as a challenge; the client's %x01 reply gets SASL_AUTHENTICATION_FAILED with that JSON."""
+    before = len(secured.log_events("SASL authentication failed, closing connection"))
+    token = unsecured_jwt("alice", lifetime_s=-60)
+    with rk.RawClient(secured.listener_bootstrap("SASL_SSL")) as client:
+        client.sock = SECURITY.ssl_context().wrap_socket(client.sock, server_hostname="localhost")
+        assert client.request(rk.req_cls(17, 1)(mechanism="OAUTHBEARER")).error_code == 0
+        first = client.request(rk.req_cls(36, 2)(auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode()))
+        assert (first.error_code, first.auth_bytes) == (0, b'{"status":"invalid_token"}')
+        final = client.request(rk.req_cls(36, 2)(auth_bytes=b"\x01"))
+        assert (final.error_code, final.error_message) == (58, '{"status":"invalid_token"}')
+        assert client.wait_closed()
+    events = _log_events(secured, "SASL authentication failed, closing connection", before, mechanism="OAUTHBEARER")
+    assert len(events) == 1 and "Expiration Time" in events[0]["detail"]
+
+
 def test_gssapi_answered_unsupported_with_enabled_mechanisms(secured: BrokerProcess) -> None:
     with rk.RawClient(secured.listener_bootstrap("SASL_PLAINTEXT")) as client:
         resp = client.request(rk.req_cls(17, 1)(mechanism="GSSAPI"))
@@ -121,6 +140,19 @@ def test_tls_client_on_plaintext_port(secured: BrokerProcess, healthy: Producer)
              message="the broker's log line")
 
 
+def test_client_certificate_required(secured: BrokerProcess, healthy: Producer) -> None:
+    """listener.name.ssl.ssl.client.auth=required: a client without a certificate is refused in the
+    handshake; with one (signed by the trusted CA) it is served."""
+    before = len(secured.log_events("TLS handshake failed, closing connection"))
+    errors = _client_error(SECURITY.confluent(secured, "SSL"), "a TLS error")
+    assert errors[0].code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    wait_for(lambda: _log_events(secured, "TLS handshake failed, closing connection", before), 10,
+             message="the broker's log line")
+    producer = Producer({**SECURITY.confluent(secured, "SSL", client_cert=True), "message.timeout.ms": 15000})
+    producer.produce(unique_name("mtls"), b"x")
+    assert producer.flush(20) == 0
+
+
 def test_request_before_authentication_closes(secured: BrokerProcess) -> None:
     before = len(secured.log_events("request before authentication, closing connection"))
     with rk.RawClient(secured.listener_bootstrap("SASL_PLAINTEXT")) as client:
@@ -140,6 +172,12 @@ def test_other_request_during_authentication_gets_illegal_sasl_state(secured: Br
 
 def test_handshake_v1_authenticate_then_requests(secured: BrokerProcess) -> None:
     with rk.RawClient(secured.listener_bootstrap("SASL_PLAINTEXT")) as client:
+        # An ApiVersions version the broker does not know: answered (v0, UNSUPPORTED_VERSION), and the
+        # client may retry lower before its handshake, as with Kafka.
+        client.send_bytes(rk.encode_request(rk.api_versions_request(3), 99)[:6] + (99).to_bytes(2, "big")
+                          + rk.encode_request(rk.api_versions_request(3), 99)[8:])
+        corr, body = rk.decode_response(client.recv_frame(), 18, 0)
+        assert (corr, body.error_code) == (99, 35)
         assert client.request(rk.api_versions_request()).error_code == 0
         assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 0
         resp = client.request(rk.req_cls(36, 2)(auth_bytes=b"\0alice\0alice-secret"))
@@ -148,6 +186,9 @@ def test_handshake_v1_authenticate_then_requests(secured: BrokerProcess) -> None
         # A second SaslAuthenticate after success: ILLEGAL_SASL_STATE, as Kafka's KafkaApis answers.
         again = client.request(rk.req_cls(36, 2)(auth_bytes=b"\0alice\0alice-secret"))
         assert again.error_code == 34
+        # No connections.max.reauth.ms: no re-authentication, the handshake is ILLEGAL_SASL_STATE.
+        assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 34
+        assert client.request(rk.metadata_request([])).brokers
 
 
 def test_handshake_v0_raw_tokens(secured: BrokerProcess) -> None:
@@ -209,6 +250,45 @@ def test_session_expiry_and_reauthentication(make_broker: BrokerFactory) -> None
     finally:
         kp.close()
     assert len(broker.log_events("authentication session expired, closing connection")) == 1
+
+
+def test_reauthentication_rules(make_broker: BrokerFactory) -> None:
+    """KIP-368 on the wire: a session that expires may be renewed with the same mechanism and
+    principal (Kafka's messages otherwise), at most once a second (else ILLEGAL_SASL_STATE); without
+    connections.max.reauth.ms a handshake on an authenticated connection is ILLEGAL_SASL_STATE."""
+    security = BrokerSecurity(listeners=("SASL_PLAINTEXT",), mechanisms=("PLAIN", "SCRAM-SHA-256"),
+                              users={"alice": "alice-secret", "bob": "bob-secret"},
+                              settings={"connections.max.reauth.ms": "600000"})
+    broker = make_broker(security=security)
+    assert isinstance(broker, BrokerProcess)
+    bootstrap = broker.listener_bootstrap("SASL_PLAINTEXT")
+
+    def authenticated(user: str) -> rk.RawClient:
+        client = rk.RawClient(bootstrap)
+        assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 0
+        token = f"\0{user}\0{user}-secret".encode()
+        assert client.request(rk.req_cls(36, 2)(auth_bytes=token)).session_lifetime.total_seconds() == 600
+        return client
+
+    with authenticated("alice") as client:  # same mechanism and principal: renewed, requests go on
+        assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 0
+        resp = client.request(rk.req_cls(36, 2)(auth_bytes=b"\0alice\0alice-secret"))
+        assert resp.error_code == 0 and resp.session_lifetime.total_seconds() == 600
+        assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 34  # within a second
+        assert client.request(rk.metadata_request([])).brokers
+    with authenticated("alice") as client:
+        assert client.request(rk.req_cls(17, 1)(mechanism="PLAIN")).error_code == 0
+        resp = client.request(rk.req_cls(36, 2)(auth_bytes=b"\0bob\0bob-secret"))
+        assert (resp.error_code, resp.error_message) == (58, "Cannot change principals during re-authentication "
+                                                             "from User.alice: User.bob")
+        assert client.wait_closed()
+    with authenticated("alice") as client:
+        assert client.request(rk.req_cls(17, 1)(mechanism="SCRAM-SHA-256")).error_code == 0
+        resp = client.request(rk.req_cls(36, 2)(auth_bytes=b"n,,n=alice,r=abc"))
+        assert (resp.error_code, resp.error_message) == (58, "SASL mechanism 'SCRAM-SHA-256' requested by client "
+                                                             "is not supported for re-authentication of mechanism "
+                                                             "'PLAIN'")
+        assert client.wait_closed()
 
 
 def _start_fails(tmp_path: Path, security: BrokerSecurity, overrides: dict[str, str]) -> str:

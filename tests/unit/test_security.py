@@ -14,7 +14,7 @@ from sharebroker.broker.security.jaas import parse_jaas
 from sharebroker.broker.security.oauthbearer import OAuthBearerServer, UnsecuredValidator, unsecured_token
 from sharebroker.broker.security.sasl import AuthFailed, PlainServer
 from sharebroker.broker.security.scram import ScramCredentials, ScramError, ScramServer, credential_from_salted
-from sharebroker.broker.security.tls import PrincipalMapper
+from sharebroker.broker.security.tls import NoMatchingRule, PrincipalMapper
 from sharebroker.config import BrokerConfig, ConfigError
 from sharebroker.config.security_settings import listener_setting, mechanism_jaas_config
 
@@ -54,6 +54,13 @@ def test_jaas_values() -> None:
 ])
 def test_ssl_principal_mapping_rules(rules: str, dn: str, name: str) -> None:
     assert PrincipalMapper(rules).name(dn) == name
+
+
+def test_ssl_principal_mapping_without_a_matching_rule() -> None:
+    with pytest.raises(NoMatchingRule, match="No rules apply to CN=x"):
+        PrincipalMapper("RULE:^CN=(a+)$/$1/").name("CN=x")
+    with pytest.raises(ConfigError, match="Invalid rule"):
+        PrincipalMapper("RULE:^CN=(a+)$/$1/X")
 
 
 def test_scram_rfc7677_exchange(tmp_path) -> None:
