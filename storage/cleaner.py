@@ -55,6 +55,8 @@ from sharebroker.protocol.record_batch import (
     InvalidRecordError,
     decompress,
     read_header,
+    _varint as read_varint,
+    _zigzag as append_varint,
 )
 from sharebroker.storage import txn_index
 from sharebroker.storage.files import write_all
@@ -198,27 +200,6 @@ def _batches(fd: int, start: int, end: int) -> Iterator[tuple[memoryview, BatchH
         pos += off
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError(ErrorCode.corrupt_message, "varint longer than 10 bytes")
-
-
-def _zigzag(out: bytearray, v: int) -> None:
-    v = (v << 1) ^ (v >> 63)
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
 # One record of a batch: (start, end, attributes, timestamp delta, offset delta, key or None,
 # is a tombstone, position of its key length).
 Record = tuple[int, int, int, int, int, bytes | None, bool, int]
@@ -234,18 +215,18 @@ def _records(batch: memoryview, h: BatchHeader) -> tuple[bytes, list[Record]]:
     pos = 0
     try:
         for _ in range(h.record_count):
-            length, p = _varint(body, pos)
+            length, p = read_varint(body, pos)
             end = p + length
             attrs = body[p]
-            ts_delta, p = _varint(body, p + 1)
-            off_delta, p = _varint(body, p)
+            ts_delta, p = read_varint(body, p + 1)
+            off_delta, p = read_varint(body, p)
             key_at = p
-            klen, p = _varint(body, p)
+            klen, p = read_varint(body, p)
             key = None
             if klen >= 0:
                 key = body[p:p + klen]
                 p += klen
-            vlen, _ = _varint(body, p)
+            vlen, _ = read_varint(body, p)
             out.append((pos, end, attrs, ts_delta, off_delta, key, vlen < 0, key_at))
             pos = end
     except IndexError:
@@ -415,10 +396,10 @@ def rebuild_batch(original: memoryview, h: BatchHeader, body: bytes, kept: list[
     for (_start, end, attrs, _ts_delta, off_delta, _key, _tomb, key_at), ts in zip(kept, stamps):
         rec.clear()
         rec.append(attrs)
-        _zigzag(rec, ts - base_ts)
-        _zigzag(rec, off_delta)
+        append_varint(rec, ts - base_ts)
+        append_varint(rec, off_delta)
         rec += body[key_at:end]
-        _zigzag(out, len(rec))
+        append_varint(out, len(rec))
         out += rec
     codec = h.attributes & COMPRESSION_MASK
     payload = _compress(codec, bytes(out), original)
