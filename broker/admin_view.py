@@ -38,6 +38,7 @@ POISON_PER_PARTITION = 10
 POISON_TOTAL = 50
 PREVIEW_BYTES = 120
 TABLE_ROWS = 200  # rows of the topics table before "N more"
+STRIPS = 100  # in-flight strips drawn (share partitions with the most records in flight first)
 
 STATE_NAMES = {RecordState.AVAILABLE: "available", RecordState.ACQUIRED: "acquired",
                RecordState.ACKNOWLEDGED: "acknowledged", RecordState.ARCHIVING: "archiving",
@@ -382,10 +383,14 @@ class AdminView:
         leaders = self._leaders()
         if not leaders:
             return "<p class=note>No share partition is loaded (a partition loads when a member fetches it).</p>"
+        shown = leaders
+        if len(leaders) > STRIPS:  # the busiest windows, kept in their order
+            busiest = set(map(id, sorted(leaders, key=lambda lead: -(lead.sp.in_flight_count() if lead.sp else 0))[:STRIPS]))
+            shown = [lead for lead in leaders if id(lead) in busiest]
         out = ['<p class="legend"><span class="key s-available">available</span><span class="key s-acquired">acquired'
                '</span><span class="key s-acknowledged">acknowledged</span><span class="key s-archived">archived</span>'
                '<span class="key s-unread">not read yet</span></p>']
-        for leader in leaders:
+        for leader in shown:
             sp = leader.sp
             assert sp is not None
             out.append(f'<div class="sp" data-group="{esc(leader.group_id)}" data-topic="{esc(leader.partition.topic.name)}" '
@@ -394,6 +399,9 @@ class AdminView:
                        f'<p class=note>SPSO {sp.start_offset} · SPEO {sp.end_offset} · high watermark '
                        f'{leader.partition.log.high_watermark} · in flight {sp.in_flight_count()} · '
                        f'acquired {sp.acquired_count()}</p>{self._strip(leader)}{self._held(leader)}</div>')
+        if len(shown) < len(leaders):
+            out.append(f"<p class=note>{len(leaders) - len(shown)} more loaded share partitions with fewer records in "
+                       "flight (all in /api/state)</p>")
         return "".join(out)
 
     def _poison(self) -> str:

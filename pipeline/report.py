@@ -19,7 +19,9 @@ archived records with a payload preview, and throughput over time, and writes `r
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import json
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,6 +62,7 @@ from sharebroker.pipeline.analytics import (
 PREVIEW_BYTES = 64
 TASKS_PER_CORE = 3  # input partitions per core for the segment parsing
 SEGMENT_COST_BYTES = 256 * 1024  # what opening a segment costs, in bytes read, when balancing tasks
+CONCURRENT_WRITERS = 1000  # Parquet files a task may hold open while writing records/ by topic
 TOP_LINES = 8  # lines of the throughput chart and bar groups of the delivery-count chart (the rest summed)
 TOP = 15  # rows of each "top" table of the summary, and bars or lines of each chart (the rest aggregated)
 LONG_TABLE = 25  # tables longer than this go into a collapsed <details> section
@@ -88,8 +91,6 @@ OFFSETS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("pa
                             ("offset", pa.int64()), ("commit_timestamp", pa.int64()),
                             ("offsets_partition", pa.int32()), ("log_offset", pa.int64()),
                             ("log_timestamp", pa.int64())])
-# One pass over a user segment gives its records and, last, one row with its summary.
-PARSED_SCHEMA = pa.schema([*RECORDS_SCHEMA, pa.field("segment", pa.struct(list(SEGMENTS_SCHEMA)))])
 # The parsers' column dicts go into these schemas by name: keep the two in step.
 assert tuple(RECORDS_SCHEMA.names) == RECORD_COLUMNS and tuple(STATE_SCHEMA.names) == STATE_COLUMNS
 assert tuple(OFFSETS_SCHEMA.names) == OFFSET_COLUMNS and tuple(BATCH_TYPE.names) == BATCH_FIELDS
@@ -146,17 +147,28 @@ _SEGMENT_SCHEMA = pa.schema([("path", pa.string()), ("topic", pa.string()), ("pa
 
 
 def _segments_frame(spark: SparkSession, segments: list[Segment]) -> DataFrame:
-    """The segments as rows, spread over a few input partitions of about equal bytes (largest
-    first into the lightest, so one big segment does not start last): a Spark task and its Python
-    worker cost tens of milliseconds, so hundreds of small segments each in a task of its own spent
-    more time starting tasks than reading logs."""
+    """The segments as rows, spread over a few input partitions of about equal bytes: a Spark task
+    and its Python worker cost tens of milliseconds, so hundreds of small segments each in a task
+    of its own spent more time starting tasks than reading logs. A topic's segments stay in one
+    task unless the topic is bigger than a task's share (each task then writes few topics' files);
+    the largest go first, each into the lightest task."""
     tasks = max(1, min(len(segments), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
+    share = sum(s.size + SEGMENT_COST_BYTES for s in segments) / tasks
+    by_topic: dict[str, list[Segment]] = defaultdict(list)
+    for seg in segments:
+        by_topic[seg.topic].append(seg)
+    units: list[list[Segment]] = []
+    for segs in by_topic.values():
+        if sum(s.size + SEGMENT_COST_BYTES for s in segs) > share:
+            units.extend([s] for s in segs)
+        else:
+            units.append(segs)
     bins: list[list[tuple]] = [[] for _ in range(tasks)]
     heap = [(0, i) for i in range(tasks)]
-    for seg in sorted(segments, key=lambda s: -s.size):
+    for unit in sorted(units, key=lambda u: -sum(s.size for s in u)):
         size, i = heapq.heappop(heap)
-        bins[i].append((seg.path, seg.topic, seg.partition, seg.base_offset, seg.size, seg.topic_id))
-        heapq.heappush(heap, (size + seg.size + SEGMENT_COST_BYTES, i))
+        bins[i].extend((s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id) for s in unit)
+        heapq.heappush(heap, (size + sum(s.size + SEGMENT_COST_BYTES for s in unit), i))
     rdd = spark.sparkContext.parallelize(bins, tasks).flatMap(lambda rows: rows)
     return spark.createDataFrame(rdd, _ddl(_SEGMENT_SCHEMA))
 
@@ -168,16 +180,22 @@ def _segments_of(batches: Iterator[pa.RecordBatch]) -> Iterator[Segment]:
                           row["topic_id"])
 
 
-def _parse_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each user segment read once: its records, then one row holding its summary."""
-    no_record = {c: [None] for c in RECORD_COLUMNS}
-    for seg in _segments_of(batches):
-        scan = SegmentScan(seg)
-        for cols in scan:
-            yield pa.RecordBatch.from_pydict({**cols, "segment": [None] * len(cols["offset"])}, schema=PARSED_SCHEMA)
-        assert scan.summary is not None
-        yield pa.RecordBatch.from_pydict({**no_record, "segment": [_summary_row(seg, scan.summary)]},
-                                         schema=PARSED_SCHEMA)
+def _parse_task(summaries: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Each user segment read once: its records go to Spark, its summary (a few numbers) into a
+    JSON file of its own under `summaries` (the output directory, which the tasks share as they
+    share the data directory), so the records are written in one pass with nothing cached. A task
+    run again rewrites the same file."""
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for seg in _segments_of(batches):
+            scan = SegmentScan(seg)
+            for cols in scan:
+                yield pa.RecordBatch.from_pydict(cols, schema=RECORDS_SCHEMA)
+            assert scan.summary is not None
+            name = hashlib.sha1(seg.path.encode()).hexdigest()
+            tmp = Path(summaries) / f".{name}.tmp"
+            tmp.write_text(json.dumps(_summary_row(seg, scan.summary)))
+            tmp.replace(Path(summaries) / f"{name}.json")
+    return task
 
 
 def _summary_row(seg: Segment, summary: SegmentSummary | None = None) -> dict[str, object]:
@@ -250,14 +268,21 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
 
     # -- records and segments: each user segment read once --------------------------------------
     say("parsing records -> records/, segments/")
-    from pyspark import StorageLevel
-    parsed = parse(kinds.user, _parse_task, PARSED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    summaries = output_dir / "_segment_summaries"
+    shutil.rmtree(summaries, ignore_errors=True)
+    summaries.mkdir()
+    conf = spark.conf
+    writers = conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
+    # One open file per topic a task writes rather than sorting every record by topic first: the
+    # tasks write a few topics each (_segments_frame), so the writers stay few.
+    conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
     try:
-        parsed.where(F.col("segment").isNull()).select(*RECORD_COLUMNS).write.mode("overwrite") \
+        parse(kinds.user, _parse_task(str(summaries)), RECORDS_SCHEMA).write.mode("overwrite") \
             .partitionBy("topic").parquet(str(output_dir / "records"))
-        seg_rows = [r.segment.asDict() for r in parsed.where(F.col("segment").isNotNull()).select("segment").collect()]
     finally:
-        parsed.unpersist()
+        conf.set("spark.sql.maxConcurrentOutputFileWriters", writers or "0")
+    seg_rows = [json.loads(f.read_text()) for f in sorted(summaries.glob("*.json"))]
+    shutil.rmtree(summaries, ignore_errors=True)
     records = table("records", RECORDS_SCHEMA)
     # The internal topics' segments are summarized apart (their records are parsed below, by kind).
     seg_rows += [r.asDict() for r in parse([s for s in segments if s.internal], _summary_task, SEGMENTS_SCHEMA).collect()]

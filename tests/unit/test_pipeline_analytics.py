@@ -36,6 +36,7 @@ from sharebroker.pipeline.analytics import (
     max_delivery_counts,
     replay_state,
     rows_of,
+    SegmentScan,
     segment_records,
     share_state_rows,
     split_segments,
@@ -149,6 +150,9 @@ def test_records_of_compressed_control_and_corrupt_batches_up_to_a_torn_tail(tmp
         assert (s.torn, s.torn_bytes) == (None, 0)
     else:
         assert s.torn is not None and s.torn.startswith(why) and s.torn_bytes == len(torn)
+    # The report's one walk: the same records and the same summary from a single read.
+    scan = SegmentScan(seg, chunk=3)
+    assert list(scan) == chunks and scan.summary == s
 
 
 def test_empty_and_headerless_segments(tmp_path):
