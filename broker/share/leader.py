@@ -148,9 +148,9 @@ class SharePartitionLeader:
     def _write_events(self, write: StateWrite, kind: str, member: str) -> None:
         """A release or expiry write's ranges: back to AVAILABLE (`kind`) or archived."""
         self._events(kind, member, ((b.first_offset, b.last_offset, b.delivery_count)
-                                    for b in write.batches if b.state != 4))
+                                    for b in write.batches if b.state < RecordState.ARCHIVING))
         self._events("archive", member, ((b.first_offset, b.last_offset, b.delivery_count)
-                                         for b in write.batches if b.state == 4))
+                                         for b in write.batches if b.state >= RecordState.ARCHIVING))
 
     @property
     def key(self) -> tuple[str, Any, int]:
@@ -446,7 +446,7 @@ class SharePartitionLeader:
                 self._events(_ACK_NAMES.get(t, str(t)), member_id, [(lo, hi, counts.get((lo, hi), -1))])
         if write is not None:
             self._events("archive", member_id, ((b.first_offset, b.last_offset, b.delivery_count)
-                                                for b in write.batches if b.state == 4))
+                                                for b in write.batches if b.state >= RecordState.ARCHIVING))
 
     async def release_member(self, member_id: str) -> None:
         if self.sp is None:
