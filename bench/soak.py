@@ -5,7 +5,7 @@ interval the broker's RSS, open descriptors, the size on disk of `__share_group_
 `__consumer_offsets`, and the producer's delivery latency in that interval are printed; at the end,
 the first sample beside the last.
 
-    python -m bench.soak [--minutes 30] [--rate 500] [--interval 60]"""
+    python -m bench.soak [--minutes 30] [--rate 500] [--interval 60] [-o NAME=VALUE ...]"""
 
 from __future__ import annotations
 
@@ -90,8 +90,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--rate", type=int, default=500, help="records per second")
     ap.add_argument("--interval", type=float, default=60, help="seconds between samples")
+    ap.add_argument("-o", "--override", action="append", default=[], metavar="NAME=VALUE",
+                    help="a broker setting, e.g. share.coordinator.state.topic.segment.bytes=4194304")
     args = ap.parse_args(argv)
-    with FreshBroker() as b:
+    fresh = FreshBroker()
+    fresh.broker.overrides.update(o.split("=", 1) for o in args.override)
+    with fresh as b:
         create_topic(b.bootstrap, TOPIC, PARTITIONS, share_group="soak-share")
         data = b.data_dir
         stop = CTX.Event()
