@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import error_response
 from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 from sharebroker.broker.security.authorizer import all_operations_bits
-from sharebroker.protocol.codec import DecodedRequest
+from sharebroker.protocol.codec import DecodedRequest, build, response_class
 
 if TYPE_CHECKING:
     from sharebroker.broker.connection import Connection
@@ -59,6 +59,27 @@ def topics_allowed(broker: Broker, conn: Connection, op: AclOperation, names: An
     """The topic names the principal may do `op` on; None (all of them) without an authorizer."""
     az = broker.authorizer
     return None if az is None else az.filter(conn, op, Res.TOPIC, (n for n in names if n is not None))
+
+
+def refuse_heartbeat(broker: Broker, conn: Connection, req: DecodedRequest) -> Any | None:
+    """ConsumerGroupHeartbeat and ShareGroupHeartbeat, as Kafka: READ on the group, else
+    GROUP_AUTHORIZATION_FAILED; DESCRIBE on every topic subscribed to, else
+    TOPIC_AUTHORIZATION_FAILED (a member may not subscribe to topics it may not describe). Kafka's
+    answer is the error code alone, with no message."""
+    az = broker.authorizer
+    if az is None:
+        return None
+    body = req.body
+    code = None
+    if not az.allows(conn, Op.READ, Res.GROUP, body.group_id):
+        code = ErrorCode.group_authorization_failed
+    elif subscribed := getattr(body, "subscribed_topic_names", None):
+        described = topics_allowed(broker, conn, Op.DESCRIBE, subscribed)
+        if described is not None and len(described) < len(set(subscribed)):
+            code = ErrorCode.topic_authorization_failed
+    if code is None:
+        return None
+    return build(response_class(req.api_key, req.api_version), {"throttle_time": 0, "error_code": code})
 
 
 def topic_refusal(broker: Broker, conn: Connection, op: AclOperation = Op.READ) -> Callable[[Any], bool] | None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import api
-from sharebroker.broker.apis.authorization import Op, refuse_group, topics_allowed
+from sharebroker.broker.apis.authorization import refuse_heartbeat
 
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
@@ -25,16 +25,8 @@ log = get_logger("sharebroker.groups")
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     cls = response_class(76, req.api_version)
     body = req.body
-    if (denied := refuse_group(broker, conn, req, Op.READ, body.group_id)) is not None:
+    if (denied := refuse_heartbeat(broker, conn, req)) is not None:
         return denied
-    subscribed = getattr(body, "subscribed_topic_names", None)
-    if subscribed:
-        # as Kafka: a member may not subscribe to topics it may not describe
-        described = topics_allowed(broker, conn, Op.DESCRIBE, subscribed)
-        if described is not None and len(described) < len(set(subscribed)):
-            return build(cls, {"throttle_time": 0, "error_code": ErrorCode.topic_authorization_failed,
-                               "error_message": None, "member_id": None, "member_epoch": 0,
-                               "heartbeat_interval": 0, "assignment": None})
     try:
         result = await broker.share_groups.heartbeat(body, conn)
     except KafkaError as exc:
