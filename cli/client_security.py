@@ -66,7 +66,7 @@ class ClientSecurity:
         try:
             options = single_module(jaas, "sasl.jaas.config").options
         except ConfigError as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(f"Invalid value for configuration sasl.jaas.config: {exc.message}") from None
         self.mechanism = mechanism
         if mechanism == "OAUTHBEARER":
             from sharebroker.broker.security.oauthbearer import unsecured_token

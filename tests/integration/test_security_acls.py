@@ -285,6 +285,8 @@ def test_acls_and_configs_tools_with_command_config(broker: BrokerProcess, tmp_p
     # bob may not list ACLs (DESCRIBE on the cluster) nor read SCRAM users
     refused = tool(broker, tmp_path, "bob", None, "acls", "--list")
     assert refused.returncode == 1 and "ClusterAuthorizationException" in refused.stderr, refused
+    refused = tool(broker, tmp_path, "bob", None, "configs", "--entity-type", "users", "--describe")
+    assert refused.returncode == 1 and "Cluster authorization failed" in refused.stderr, refused
     users = tool(broker, tmp_path, "admin", None, "configs", "--entity-type", "users", "--entity-name", "alice",
                  "--describe")
     assert users.returncode == 0, users
