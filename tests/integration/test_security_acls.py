@@ -292,6 +292,16 @@ def test_acls_and_configs_tools_with_command_config(broker: BrokerProcess, tmp_p
     assert users.returncode == 0, users
     assert users.stdout == ("SCRAM credential configs for user-principal 'alice' are "
                             "SCRAM-SHA-256=iterations=4096, SCRAM-SHA-512=iterations=4096\n")
+    # records through the console tools, as alice; bob's produce is refused
+    produce(conf(broker, "alice"), TOPIC, [b"for-the-tool"])
+    consumed = tool(broker, tmp_path, "alice", None, "consume", "--topic", TOPIC, "--group", GROUP,
+                    "--from-beginning", "--max-messages", "1", "--timeout-ms", "15000")
+    assert consumed.returncode == 0 and consumed.stdout.count("\n") == 1, consumed
+    produced = subprocess.run([sys.executable, "-m", "sharebroker", "produce", "--bootstrap-server",
+                               broker.listener_bootstrap("SASL_SSL"), "--command-config",
+                               str(tmp_path / "bob-SCRAM-SHA-512.properties"), "--topic", TOPIC],
+                              input="bob\n", capture_output=True, text=True, timeout=60)
+    assert produced.returncode != 0 and "authorization failed" in produced.stderr.lower(), produced
     started = time.monotonic()
     wrong = tool(broker, tmp_path, "admin", "not-the-password", "acls", "--list")
     assert wrong.returncode == 1 and "Authentication failed" in wrong.stderr, wrong
