@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import datetime
 import errno
+import ipaddress
 import itertools
 import struct
 import time
@@ -50,6 +51,22 @@ _QUOTA_EXEMPT = frozenset((17, 18, 36))
 _THROTTLE_FIELD = struct.Struct(">i")
 
 
+def java_host_address(ip: str) -> str:
+    """An IP address as Java's InetAddress.getHostAddress() writes it, which is what Kafka's ACL
+    hosts are matched against: IPv6 in full without leading zeros (0:0:0:0:0:0:0:1), an
+    IPv4-mapped IPv6 address as IPv4."""
+    address, sep, scope = ip.partition("%")
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return ip
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return ":".join(f"{int(group, 16):x}" for group in parsed.exploded.split(":")) + sep + scope
+    return address
+
+
 class Connection:
     def __init__(self, broker: Broker, frames: FrameProtocol, listener: str,
                  security: ListenerSecurity | None = None) -> None:
@@ -59,7 +76,8 @@ class Connection:
         self._frames = frames
         peer = frames.peername()
         self.peer = f"{peer[0]}:{peer[1]}"
-        self.client_host = f"/{peer[0]}"
+        # As Java's InetAddress.toString(): ACL hosts match the part after the slash.
+        self.client_host = f"/{java_host_address(peer[0])}"
         self.client_id: str | None = None
         # Who the client authenticated as (ANONYMOUS on PLAINTEXT); ACL checks ask about it.
         self.principal: KafkaPrincipal = ANONYMOUS

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sharebroker.cli.client_security import ClientSecurity
 from sharebroker.cli.wire import Client, ToolError, code_of
 
 DEFAULT_TIMEOUT_MS = 30000
@@ -22,7 +23,8 @@ def add_connection_options(p: argparse.ArgumentParser, *, timeout_help: str | No
     p.add_argument("--bootstrap-server", required=bootstrap_required, metavar="HOST:PORT[,...]",
                    help="REQUIRED: the server(s) to connect to")
     p.add_argument("--command-config", metavar="FILE",
-                   help="client properties file (client.id, request.timeout.ms; only PLAINTEXT is supported)")
+                   help="client properties file, as Kafka's tools take: client.id, request.timeout.ms, "
+                        "security.protocol, ssl.truststore.*, ssl.keystore.*, sasl.mechanism, sasl.jaas.config")
     p.add_argument("--timeout", type=non_negative_int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
                    help=timeout_help or "give up when the cluster cannot be reached or does not answer within "
                                         "this many milliseconds (default 30000)")
@@ -75,16 +77,15 @@ def client_from_args(args: argparse.Namespace, *, default_client_id: str = "shar
                      extra_props: dict[str, str] | None = None) -> Client:
     props = load_properties(args.command_config) if getattr(args, "command_config", None) else {}
     props.update(extra_props or {})
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise ToolError(f"security.protocol={protocol} is not supported by these tools (PLAINTEXT only).")
+    security = ClientSecurity.from_properties(props)
     timeout = args.timeout
     if "request.timeout.ms" in props and timeout == DEFAULT_TIMEOUT_MS:
         try:
             timeout = int(props["request.timeout.ms"])
         except ValueError:
             raise ToolError(f"request.timeout.ms must be an integer, got '{props['request.timeout.ms']}'", 2) from None
-    return Client(args.bootstrap_server, timeout_ms=timeout, client_id=props.get("client.id", default_client_id))
+    return Client(args.bootstrap_server, timeout_ms=timeout, client_id=props.get("client.id", default_client_id),
+                  security=security if security.protocol != "PLAINTEXT" else None)
 
 
 def run_tool(fn: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, *,

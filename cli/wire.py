@@ -17,7 +17,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from kio.index import load_request_schema
 from kio.schema.api_versions.v0 import ApiVersionsRequest as ApiVersionsRequestV0
@@ -29,6 +29,9 @@ from kio.static.protocol import RequestPayload
 from sharebroker.protocol.client import ClientCodec, ResponseFrameError
 from sharebroker.protocol.codec import build
 from sharebroker.protocol.errors import KafkaError
+
+if TYPE_CHECKING:
+    from sharebroker.cli.client_security import ClientSecurity
 
 # Versions the tools speak: (lowest, highest). The request shapes below were written for them.
 TOOL_VERSIONS: dict[int, tuple[int, int]] = {
@@ -45,6 +48,7 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),    # SyncGroup
     15: (0, 5),    # DescribeGroups
     16: (0, 5),    # ListGroups (states v4, types v5)
+    17: (1, 1),    # SaslHandshake (SASL listeners, --command-config)
     18: (3, 4),    # ApiVersions (`features describe`: supported and finalized features)
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
@@ -53,6 +57,7 @@ TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     30: (1, 3),    # CreateAcls
     31: (1, 3),    # DeleteAcls
     32: (1, 4),    # DescribeConfigs
+    36: (0, 2),    # SaslAuthenticate
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
@@ -215,17 +220,27 @@ def parse_bootstrap(text: str) -> list[tuple[str, int]]:
 
 
 class Connection:
-    """One TCP connection with its ApiVersions table; requests are strictly sequential."""
+    """One TCP connection with its ApiVersions table; requests are strictly sequential. With
+    `security`, TLS and SASL as its protocol says (authenticated before the constructor returns)."""
 
-    def __init__(self, host: str, port: int, *, client_id: str, timeout: float, node_id: int | None = None) -> None:
+    def __init__(self, host: str, port: int, *, client_id: str, timeout: float, node_id: int | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self.client_id = client_id
         self.timeout = timeout
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None:
+            self.sock = security.wrap(self.sock, host)
         self.codec = ClientCodec(client_id)
         self.versions: dict[int, tuple[int, int]] = {}
-        self._handshake()
+        try:
+            self._handshake()
+            if security is not None:
+                security.authenticate(self.request)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def address(self) -> str:
@@ -351,8 +366,10 @@ class Client:
     """Bootstrap, metadata, and a connection per broker. `timeout_ms` bounds connecting to the
     cluster and every request."""
 
-    def __init__(self, bootstrap: str, *, timeout_ms: int = 30000, client_id: str = "sharebroker-cli") -> None:
+    def __init__(self, bootstrap: str, *, timeout_ms: int = 30000, client_id: str = "sharebroker-cli",
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.security = security
         self.timeout = max(0.001, timeout_ms / 1000.0)
         self.timeout_ms = timeout_ms
         self.client_id = client_id
@@ -372,7 +389,7 @@ class Client:
                 break
             try:
                 return Connection(host, port, client_id=self.client_id, timeout=min(self.timeout, max(remaining, 0.05)),
-                                  node_id=node_id)
+                                  node_id=node_id, security=self.security)
             except KafkaApiError:
                 raise
             except (TimeoutError, OSError, ConnectionError) as exc:

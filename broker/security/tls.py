@@ -45,7 +45,7 @@ def _jks_error(setting: str) -> ConfigError:
                        "and set the type to PKCS12, or use PEM (ssl.keystore.type=PEM / ssl.truststore.type=PEM).")
 
 
-def _load_key_material(ctx: ssl.SSLContext, get: Setting) -> None:
+def load_key_material(ctx: ssl.SSLContext, get: Setting) -> None:
     """The broker's key and certificate chain into `ctx`."""
     kind = (get("ssl.keystore.type") or "JKS").upper()
     location = get("ssl.keystore.location")
@@ -112,7 +112,7 @@ def _load_chain(ctx: ssl.SSLContext, path: str | None, pem: str | None, password
             os.unlink(tmp)
 
 
-def _load_trust(ctx: ssl.SSLContext, get: Setting) -> bool:
+def load_trust(ctx: ssl.SSLContext, get: Setting) -> bool:
     """The CAs client certificates are checked against; False when no trust store is configured."""
     kind = (get("ssl.truststore.type") or "JKS").upper()
     location = get("ssl.truststore.location")
@@ -166,8 +166,8 @@ def server_context(get: Setting) -> ssl.SSLContext:
         except ssl.SSLError:
             raise ConfigError("ssl.cipher.suites", f"No usable cipher among {', '.join(ciphers)} "
                               "(OpenSSL names, e.g. ECDHE-RSA-AES256-GCM-SHA384)") from None
-    _load_key_material(ctx, get)
-    trusted = _load_trust(ctx, get)
+    load_key_material(ctx, get)
+    trusted = load_trust(ctx, get)
     auth = get("ssl.client.auth")
     if auth != "none" and not trusted:
         raise ConfigError("ssl.client.auth", f"ssl.client.auth={auth} needs a trust store to verify client "

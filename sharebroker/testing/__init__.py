@@ -4,6 +4,6 @@ plugin in `sharebroker.testing.plugin` (fixtures `sharebroker`, `sharebroker_fac
 installed. Importing this package does not import pytest."""
 
 from sharebroker.testing.process import BrokerProcess, running_broker, unique_name, wait_for
-from sharebroker.testing.security import BrokerSecurity
+from sharebroker.testing.security import Acl, BrokerSecurity
 
-__all__ = ["BrokerProcess", "BrokerSecurity", "running_broker", "unique_name", "wait_for"]
+__all__ = ["Acl", "BrokerProcess", "BrokerSecurity", "running_broker", "unique_name", "wait_for"]

@@ -44,6 +44,7 @@ class BrokerProcess:
         self.start_seconds = 0.0
         self.security = security
         self.ports: dict[str, int] = {}  # listener name -> bound port
+        self._set_up = False  # the users and ACLs of an authorizing `security` exist
 
     @property
     def bootstrap(self) -> str:
@@ -60,13 +61,24 @@ class BrokerProcess:
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
         """Start and wait until the broker listens (it writes the ready file then). A restart keeps
-        the port it had."""
+        the port it had. With a `security` that authorizes (ACLs, super users), its users and ACLs
+        are created once by a set-up run first, in which User:ANONYMOUS is a super user."""
+        if self.security is not None:
+            self.security.prepare(self.data_dir.parent)
+        if self.security is not None and self.security.authorizing and not self._set_up:
+            self._launch(timeout, self.security.set_up_overrides(), set_up=True)
+            self.stop()
+            self._set_up = True
+            return self._launch(timeout, self.security.overrides(), set_up=False)
+        return self._launch(timeout, self.security.overrides() if self.security is not None else {},
+                            set_up=self.security is not None and not self.security.authorizing)
+
+    def _launch(self, timeout: float, security_overrides: dict[str, str], *, set_up: bool) -> BrokerProcess:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.ready_file.unlink(missing_ok=True)
         overrides = dict(self.overrides)
         if self.security is not None:
-            self.security.prepare(self.data_dir.parent)
-            overrides = {**self.security.overrides(), **overrides}
+            overrides = {**security_overrides, **overrides}
         args = [sys.executable, "-m", "sharebroker", "serve",
                 "--listeners", self._listeners(),
                 "--data-dir", str(self.data_dir), "--ready-file", str(self.ready_file),
@@ -90,7 +102,8 @@ class BrokerProcess:
                     if self.security is not None:
                         try:
                             self._read_ports()
-                            self.security.after_start(self)
+                            if set_up:
+                                self.security.after_start(self)
                         except BaseException:
                             self.kill()  # a caller that gets no broker cannot stop it
                             raise

@@ -15,6 +15,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from sharebroker.testing import BrokerSecurity
 from sharebroker.testing.plugin import Broker, broker_for_tests
 from tests.integration import rawkafka as rk
 from tests.integration.clients import admin
@@ -63,13 +64,8 @@ def admin_acls(*, create: bool = False) -> list[AclBinding]:
 
 
 def start_acl_broker(data: Path, bindings: list[AclBinding], **extra: object) -> Broker:
-    """A broker with ACLs on and these ACLs, set up while ANONYMOUS was a super user."""
-    boot = broker_for_tests(data, {**AUTHORIZER, "super.users": ME, **extra})
-    try:
-        create_acls(boot.bootstrap, *bindings)
-    finally:
-        boot.stop()
-    return broker_for_tests(data, {**AUTHORIZER, **extra})
+    """A broker with ACLs on and these ACLs (the plugin's BrokerSecurity sets them up; PLAINTEXT only)."""
+    return broker_for_tests(data, extra, security=BrokerSecurity(listeners=(), acls=bindings, authorizer=True))
 
 
 def unique(prefix: str) -> str:
