@@ -25,7 +25,7 @@ from typing import Any
 from sharebroker.broker.groups.classic_records import OFFSET_COMMIT, decode_key, decode_offset_commit_value
 from sharebroker.broker.share_state.records import decode_record
 from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, ShareStateStore, SnapshotValue, StateBatch, StateRecord, UpdateValue
-from sharebroker.protocol.record_batch import BatchHeader, batch_crc, decode_records, iter_batch_headers
+from sharebroker.protocol.record_batch import BatchHeader, BatchRecord, batch_crc, decode_records, iter_batch_headers
 from sharebroker.storage.files import CheckpointError, read_offset_checkpoint
 from sharebroker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT, read_partition_metadata
 from sharebroker.storage.topics import METADATA_FILE
@@ -215,18 +215,23 @@ def _keyed_records(seg: Segment) -> Iterator[Any]:
                     yield r
 
 
+def _decode_batch(seg: Segment, buf: memoryview, h: BatchHeader) -> list[BatchRecord]:
+    """The records of one CRC-valid batch; a batch its producer wrote broken says where it is
+    (a missing codec library still raises ImportError)."""
+    try:
+        return decode_records(buf[h.position:h.position + h.size])
+    except ImportError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"{seg.path}: batch at offset {h.base_offset} does not decode: {exc}") from exc
+
+
 def _data_records(buf: memoryview, seg: Segment) -> Iterator[tuple[BatchHeader, list[Any]]]:
     """Records of each whole, CRC-valid data batch; control batches (transaction markers) skipped."""
     for h, crc_ok in _whole_batches(buf):
         if not crc_ok or h.is_control:
             continue
-        try:
-            records = decode_records(buf[h.position:h.position + h.size])
-        except ImportError:
-            raise
-        except Exception as exc:  # a CRC-valid batch its producer wrote broken: say where
-            raise ValueError(f"{seg.path}: batch at offset {h.base_offset} does not decode: {exc}") from exc
-        yield h, records
+        yield h, _decode_batch(seg, buf, h)
 
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
@@ -270,13 +275,7 @@ class SegmentScan:
                     if state["first_ts"] < 0 or h.base_timestamp < state["first_ts"]:
                         state["first_ts"] = h.base_timestamp
                     state["last_ts"] = max(state["last_ts"], h.max_timestamp)
-                    try:
-                        records = decode_records(buf[h.position:h.position + h.size])
-                    except ImportError:
-                        raise
-                    except Exception as exc:  # a CRC-valid batch its producer wrote broken: say where
-                        raise ValueError(f"{seg.path}: batch at offset {h.base_offset} does not decode: {exc}") from exc
-                    yield h, records
+                    yield h, _decode_batch(seg, buf, h)
 
             yield from _record_columns(seg, data_batches(), chunk)
             torn_bytes = len(buf) - walk.position
