@@ -15,8 +15,8 @@ summary=()
 seconds_since() { local ms=$(( ($(date +%s%N) - $1) / 1000000 )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
 say() { printf '%s\n' "compose-test: $*"; }
 note() { say "$*"; summary+=("$*"); }
-down() { "${compose[@]}" --profile tests down --volumes --remove-orphans >/dev/null 2>&1 || true; rm -rf "$certs_dir"; }
-trap down EXIT
+down() { "${compose[@]}" --profile tests down --volumes --remove-orphans >/dev/null 2>&1 || true; }
+trap 'down; rm -rf "$certs_dir"' EXIT
 
 started=$(date +%s%N)
 down
