@@ -28,8 +28,11 @@ run: venv bytecode
 browser-env:
 	@.ci/browser-env || true
 
+# Three pytest-xdist workers (a module's tests, and all Spark tests, stay together: tests/conftest.py):
+# tests mostly wait on brokers and clients, so the suite takes about half the time of one worker.
+TEST_WORKERS ?= 3
 test: venv bytecode lint browser-env
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # ruff over the whole tree, mypy --strict over the wire codec and storage, mypy with every
 # function typed over the server, the settings, the command line and the Spark pipeline (settings in

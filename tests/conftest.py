@@ -12,6 +12,16 @@ from sharebroker.testing.plugin import Broker, BrokerFactory
 from tests.brokers import module_broker
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist (`make test` runs `-n 3 --dist loadgroup`): a module's tests stay on one
+    worker, so its module-scoped broker starts once, and every Spark test goes to one worker, so
+    one local[2] session serves them all. Most of a test's time is spent waiting on brokers and
+    clients, so three workers on two cores finish the suite sooner."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group("spark" if module.startswith("tests/spark/") else module))
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """One broker per test module; tests use their own topic names."""
