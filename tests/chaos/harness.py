@@ -468,34 +468,44 @@ class Load:
 # Reading back what the broker kept
 
 
+def _read_partition(bootstrap: str, topic: str, p: int, group: str) -> tuple[int, int, list[Any], bool]:
+    """(log start, high watermark, every record from offset 0 to the high watermark, whether the
+    end was reached within 60 s) of one partition, with a plain consumer."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "enable.partition.eof": True, **CLIENT})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        records: list[Any] = []
+        if high <= 0:
+            return low, high, records, True
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= high:
+                    return low, high, records, True
+                continue
+            records.append(m)
+        return low, high, records, False
+    finally:
+        c.close()
+
+
 def read_log(bootstrap: str, partitions: int) -> tuple[dict[Key, bytes], list[str]]:
     """Every record of the topic from offset 0 to the high watermark, with a plain consumer."""
     out: dict[Key, bytes] = {}
     notes: list[str] = []
     for p in range(partitions):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-verify-{uuid.uuid4().hex[:6]}",
-                      "enable.auto.commit": False, "enable.partition.eof": True, **CLIENT})
-        try:
-            low, high = c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)
-            if low != 0:
-                notes.append(f"partition {p}: log start offset {low}, not 0")
-            c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + 60
-            count = 0
-            while time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is None:
-                    continue
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= high:
-                        break
-                    continue
-                out[(p, m.offset())] = m.value()
-                count += 1
-            else:
-                notes.append(f"partition {p}: read {count} records, high watermark {high}: timed out")
-        finally:
-            c.close()
+        low, high, records, complete = _read_partition(bootstrap, TOPIC, p, "chaos-verify")
+        if low != 0:
+            notes.append(f"partition {p}: log start offset {low}, not 0")
+        for m in records:
+            out[(p, m.offset())] = m.value()
+        if not complete:
+            notes.append(f"partition {p}: read {len(records)} records, high watermark {high}: timed out")
     return out, notes
 
 
@@ -503,27 +513,10 @@ def read_dlq(bootstrap: str, partitions: int) -> Counter[Key]:
     """How many times the DLQ topic holds each source record (by its __dlq.errors.* headers)."""
     counts: Counter[Key] = Counter()
     for p in range(partitions):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-dlq-{uuid.uuid4().hex[:6]}",
-                      "enable.auto.commit": False, "enable.partition.eof": True, **CLIENT})
-        try:
-            _low, high = c.get_watermark_offsets(TopicPartition(DLQ_TOPIC, p), timeout=10)
-            if high <= 0:
-                continue
-            c.assign([TopicPartition(DLQ_TOPIC, p, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is None:
-                    continue
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= high:
-                        break
-                    continue
-                h = dict(m.headers() or [])
-                if h.get("__dlq.errors.group") == GROUP.encode() and h.get("__dlq.errors.topic") == TOPIC.encode():
-                    counts[(int(h["__dlq.errors.partition"]), int(h["__dlq.errors.offset"]))] += 1
-        finally:
-            c.close()
+        for m in _read_partition(bootstrap, DLQ_TOPIC, p, "chaos-dlq")[2]:
+            h = dict(m.headers() or [])
+            if h.get("__dlq.errors.group") == GROUP.encode() and h.get("__dlq.errors.topic") == TOPIC.encode():
+                counts[(int(h["__dlq.errors.partition"]), int(h["__dlq.errors.offset"]))] += 1
     return counts
 
 
