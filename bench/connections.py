@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.partitions import Wire, _nested
+from bench.partitions import Wire, _nested, rss_mb
 from kio.index import load_request_schema
 
 from sharebroker.protocol.client import encode_request
@@ -24,13 +24,6 @@ from sharebroker.protocol.record_batch import encode_batch
 from sharebroker.testing import BrokerProcess
 
 TOPIC = "conn-bench"
-
-
-def _rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def _api_versions_frame() -> bytes:
@@ -80,7 +73,7 @@ def _ms(v: int) -> Any:
     return datetime.timedelta(milliseconds=v)
 
 
-def _pct(xs: list[float], p: float) -> float:
+def percentile(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
@@ -103,15 +96,15 @@ def measure(counts: list[int], requests: int) -> list[dict[str, float]]:
                                 timeout=_ms(30000), validate_only=False))
             wire.close()
             produce_latencies(broker.bootstrap, 200)  # warm up
-            base = _rss_kb(broker.proc.pid)
+            base = rss_mb(broker.proc.pid) * 1024
             for count in counts:
                 t0 = time.perf_counter()
                 socks = open_idle(broker.bootstrap, count)
                 opened = time.perf_counter() - t0
-                rss = _rss_kb(broker.proc.pid)
+                rss = rss_mb(broker.proc.pid) * 1024
                 took = produce_latencies(broker.bootstrap, requests)
                 rows.append({"idle": count, "rss_mb": rss / 1024, "kb_per_conn": (rss - base) / count if count else 0.0,
-                             "open_s": opened, "p50_ms": statistics.median(took), "p99_ms": _pct(took, 0.99)})
+                             "open_s": opened, "p50_ms": statistics.median(took), "p99_ms": percentile(took, 0.99)})
                 for s in socks:
                     s.close()
                 deadline = time.monotonic() + 30  # the broker notices the closes

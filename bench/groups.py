@@ -18,16 +18,12 @@ from typing import Any
 
 from kio.index import load_request_schema
 
+from bench.connections import percentile
+from bench.job_queue import _cpu_seconds
 from bench.partitions import Wire, _nested, create_topics, rss_mb
 from sharebroker.testing import BrokerProcess
 
 TOPIC = "groups-bench"
-
-
-def _cpu_s(pid: int) -> float:
-    import os
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _commit_req(group: str) -> Any:
@@ -66,11 +62,6 @@ def latencies(wire: Wire, requests: list[Any], rounds: int) -> list[float]:
     return took
 
 
-def _pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))]
-
-
 def run(n: int, idle_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sharebroker-groups-") as tmp:
         broker = BrokerProcess(Path(tmp) / "data").start()
@@ -81,9 +72,9 @@ def run(n: int, idle_s: float) -> dict[str, Any]:
             populate(wire, n)
             made_s = time.perf_counter() - t0
             time.sleep(1.0)  # what the last leaves set off settles
-            cpu0 = _cpu_s(broker.proc.pid)
+            cpu0 = _cpu_seconds(broker.proc.pid)
             time.sleep(idle_s)
-            idle_pct = (_cpu_s(broker.proc.pid) - cpu0) / idle_s * 100
+            idle_pct = (_cpu_seconds(broker.proc.pid) - cpu0) / idle_s * 100
             member = str(uuid.uuid4())
             joined = wire.request(_heartbeat_req("active", member, 0))
             beat = _heartbeat_req("active", member, joined.member_epoch)
@@ -96,8 +87,8 @@ def run(n: int, idle_s: float) -> dict[str, Any]:
             broker.start()
             restart_s = time.perf_counter() - t1
             return {"groups": n, "create_s": made_s, "idle_cpu_pct": idle_pct, "rss_mb": rss,
-                    "hb_p50": statistics.median(hb), "hb_p99": _pct(hb, 0.99),
-                    "commit_p50": statistics.median(commits), "commit_p99": _pct(commits, 0.99), "restart_s": restart_s}
+                    "hb_p50": statistics.median(hb), "hb_p99": percentile(hb, 0.99),
+                    "commit_p50": statistics.median(commits), "commit_p99": percentile(commits, 0.99), "restart_s": restart_s}
         finally:
             broker.stop()
 

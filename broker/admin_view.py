@@ -339,8 +339,7 @@ class AdminView:
         out.append("</tbody></table>")
         return "".join(out)
 
-    def _strip(self, leader: SharePartitionLeader) -> str:
-        segments, hidden = self.segments(leader)
+    def _strip(self, segments: list[Segment], hidden: int) -> str:
         if not segments:
             return '<p class=note>empty window</p>'
         free = STRIP_WIDTH - STRIP_MIN * len(segments)
@@ -365,8 +364,8 @@ class AdminView:
         return (f'<svg class="strip" viewBox="0 0 {STRIP_WIDTH} 16" preserveAspectRatio="none" role="img">'
                 + "".join(rects) + "</svg>" + note)
 
-    def _held(self, leader: SharePartitionLeader) -> str:
-        segs = [s for s in self.segments(leader)[0] if s.state == "acquired"][:20]
+    def _held(self, segments: list[Segment]) -> str:
+        segs = [s for s in segments if s.state == "acquired"][:20]
         if not segs:
             return ""
         rows = "".join(f"<tr><td class=n>{s.first}–{s.last}</td><td><code>{esc(s.owner)}</code></td>"
@@ -393,12 +392,13 @@ class AdminView:
         for leader in shown:
             sp = leader.sp
             assert sp is not None
+            segments, hidden = self.segments(leader)
             out.append(f'<div class="sp" data-group="{esc(leader.group_id)}" data-topic="{esc(leader.partition.topic.name)}" '
                        f'data-partition="{leader.partition.index}"><h3>{esc(leader.group_id)} · '
                        f'{esc(leader.partition.topic.name)}-{leader.partition.index}</h3>'
                        f'<p class=note>SPSO {sp.start_offset} · SPEO {sp.end_offset} · high watermark '
                        f'{leader.partition.log.high_watermark} · in flight {sp.in_flight_count()} · '
-                       f'acquired {sp.acquired_count()}</p>{self._strip(leader)}{self._held(leader)}</div>')
+                       f'acquired {sp.acquired_count()}</p>{self._strip(segments, hidden)}{self._held(segments)}</div>')
         if len(shown) < len(leaders):
             out.append(f"<p class=note>{len(leaders) - len(shown)} more loaded share partitions with fewer records in "
                        "flight (all in /api/state)</p>")

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
@@ -98,8 +98,6 @@ class LogCleaner:
         self._pool: ProcessPoolExecutor | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wakeup = asyncio.Event()
-        self.rounds = 0  # cleaning rounds completed (for tests and metrics)
-        self.last_stats: dict[str, Any] = {}
 
     @property
     def threads(self) -> int:
@@ -255,11 +253,8 @@ class LogCleaner:
         if swapped == len(result.cleaned) and not plog.closed:
             self.checkpoints[key] = result.end_offset
             await self._write_checkpoint()
-        self.rounds += 1
         seconds = time.monotonic() - started
         s = result.stats
-        self.last_stats = {"topic": p.topic.name, "partition": p.index, "bytes_read": s.bytes_read,
-                           "bytes_written": s.bytes_written, "seconds": seconds}
         log.info("log cleaned", topic=p.topic.name, partition=p.index, first_dirty_offset=ltc.first_dirty_offset,
                  end_offset=result.end_offset, segments=sum(len(c.replaces) for c in result.cleaned),
                  swapped=swapped, map_bytes_read=s.map_bytes_read, bytes_read=s.bytes_read,

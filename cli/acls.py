@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sharebroker.broker.security.acl_store import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
 from sharebroker.broker.security.authorizer import SUPPORTED_OPERATIONS
+from sharebroker.broker.security.principal import KafkaPrincipal
 from sharebroker.cli.common import add_connection_options, client_from_args, run_tool, usage_error
 from sharebroker.cli.wire import Connection, ToolError, code_of, exception_text
 
@@ -66,10 +67,10 @@ def _pattern_type(text: str) -> PatternType:
 
 
 def _principal(text: str) -> str:
-    kind, sep, name = text.strip().partition(":")
-    if not sep or not kind:
-        raise ToolError(f"Expected a string in format principalType:principalName but got {text.strip()}")
-    return f"{kind}:{name}"
+    try:
+        return str(KafkaPrincipal.parse(text.strip()))
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -425,10 +425,11 @@ def _summary_section(s: ReportSummary) -> str:
     archived_by_group: Counter[str] = Counter()
     for (g, _t, _p), states in s.share_states.items():
         archived_by_group[g] += states.get("archived", 0)
+    redelivered = _redelivered(s)
     out = [f"## Summary\n\n{len(s.log_end)} partitions of {len({t for t, _ in s.log_end})} user topics, "
            f"{sum(s.records.values())} records in {s.segments} segments; {len(share_groups)} share groups, "
            f"{len(classic_groups)} classic groups with committed offsets; share-group lag "
-           f"{sum(s.share_remaining.values())} records in all, {sum(_redelivered(s).values())} records redelivered, "
+           f"{sum(s.share_remaining.values())} records in all, {sum(redelivered.values())} records redelivered, "
            f"{s.archived_total} archived. The largest of each below (at most {TOP} rows; the full tables follow, "
            "and every table is in the Parquet output).\n"]
     if s.torn_segments or s.crc_errors:
@@ -443,7 +444,7 @@ def _summary_section(s: ReportSummary) -> str:
     if top_groups:
         out.append("### Share groups with the most lag\n\n" + _table(
             ["group", "remaining (all partitions)"], [[g, n] for g, n in top_groups]))
-    top_redelivered = _top(_redelivered(s))
+    top_redelivered = _top(redelivered)
     if top_redelivered:
         out.append("### Share groups with the most redeliveries\n\n" + _table(
             ["group", "records delivered more than once", "highest delivery count"],
@@ -592,7 +593,8 @@ def _charts(s: ReportSummary, out: Path) -> None:
 
     # Delivery counts: the TOP_LINES groups with the most redeliveries, the others summed.
     fig, ax = plt.subplots(figsize=(10, 4))
-    ranked_groups = sorted(s.delivery_counts, key=lambda g: (-_redelivered(s).get(g, 0), g))
+    redelivered = _redelivered(s)
+    ranked_groups = sorted(s.delivery_counts, key=lambda g: (-redelivered.get(g, 0), g))
     series_by_label: list[tuple[str, dict[int, int]]] = [(g, s.delivery_counts[g]) for g in ranked_groups[:TOP_LINES]]
     if len(ranked_groups) > TOP_LINES:
         others: Counter[int] = Counter()

@@ -60,6 +60,7 @@ from sharebroker.protocol.record_batch import (
 )
 from sharebroker.storage import txn_index
 from sharebroker.storage.files import write_all
+from sharebroker.storage.segment import segment_name
 from sharebroker.storage.txn_index import AbortedTxnEntry
 
 CLEANED_SUFFIX = ".cleaned"
@@ -453,7 +454,7 @@ class CleanedWriter:
 
     def __init__(self, directory: str, base_offset: int, task: CleanTask, throttle: _Throttle) -> None:
         self.base = base_offset
-        self.stem = os.path.join(directory, f"{base_offset:020d}")
+        self.stem = os.path.join(directory, segment_name(base_offset))
         self.task = task
         self.throttle = throttle
         for ext in SEGMENT_EXTENSIONS:
@@ -532,7 +533,7 @@ class CleanedWriter:
 
 
 def remove_cleaned(directory: str, base_offset: int) -> None:
-    stem = os.path.join(directory, f"{base_offset:020d}")
+    stem = os.path.join(directory, segment_name(base_offset))
     for ext in SEGMENT_EXTENSIONS:
         for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX):
             try:
@@ -574,7 +575,7 @@ def group_segments(segments: list[SourceSegment], end_offset: int, segment_bytes
 
 def _open_segment(directory: str, base: int) -> int:
     try:
-        return os.open(os.path.join(directory, f"{base:020d}.log"), os.O_RDONLY)
+        return os.open(os.path.join(directory, segment_name(base) + ".log"), os.O_RDONLY)
     except FileNotFoundError:
         raise CleaningAborted(f"segment {base} of {directory} is gone") from None
 

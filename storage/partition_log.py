@@ -122,7 +122,7 @@ def _finish_interrupted_swaps(path: Path, names: list[str], report: list[str]) -
         for name in names:
             off = _stem_offset(name)
             if off is not None and base <= off < end and not name.endswith(SWAP_SUFFIX) \
-                    and name[20:] in (".log", ".index", ".timeindex", ".txnindex"):
+                    and name[20:] in SEGMENT_EXTENSIONS:
                 (path / name).unlink(missing_ok=True)
                 report.append(f"deleted {name}, replaced by the cleaned segment {swap} of an interrupted swap")
     for name in names:
@@ -629,7 +629,7 @@ class PartitionLog:
                         doomed.append(name + DELETED_SUFFIX)
                     except FileNotFoundError:
                         pass
-            for ext in (".log", ".index", ".timeindex", ".txnindex"):
+            for ext in SEGMENT_EXTENSIONS:
                 try:
                     os.rename(stem + ext + SWAP_SUFFIX, stem + ext)
                 except FileNotFoundError:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.apis import api, error_response
+from sharebroker.broker.apis import api
+from sharebroker.broker.apis.authorization import refuse_cluster
 from sharebroker.broker.security.acl_store import AclBinding, AclFilter, AclOperation, validate_new_acl
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
@@ -24,14 +25,6 @@ if TYPE_CHECKING:
 log = get_logger("sharebroker.acls")
 
 NO_AUTHORIZER = "No Authorizer is configured."
-_CLUSTER_DENIED = "Cluster authorization failed."
-
-
-def _cluster_denied(broker: Broker, conn: Connection, req: DecodedRequest, op: AclOperation) -> Any | None:
-    az = broker.authorizer
-    if az is not None and not az.allows_cluster(conn, op):
-        return error_response(req, ErrorCode.cluster_authorization_failed, _CLUSTER_DENIED)
-    return None
 
 
 @api(29)
@@ -41,8 +34,7 @@ async def describe_acls(broker: Broker, conn: Connection, req: DecodedRequest) -
     if az is None:
         return build(cls, {"throttle_time": 0, "error_code": ErrorCode.security_disabled,
                            "error_message": "No Authorizer is configured on the broker", "resources": ()})
-    denied = _cluster_denied(broker, conn, req, AclOperation.DESCRIBE)
-    if denied is not None:
+    if (denied := refuse_cluster(broker, conn, req, AclOperation.DESCRIBE)) is not None:
         return denied
     flt = AclFilter.from_wire(req.body)
     try:
@@ -66,8 +58,7 @@ async def create_acls(broker: Broker, conn: Connection, req: DecodedRequest) -> 
     if az is None:
         return build(cls, {"throttle_time": 0, "results": [
             {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER} for _ in req.body.creations]})
-    denied = _cluster_denied(broker, conn, req, AclOperation.ALTER)
-    if denied is not None:
+    if (denied := refuse_cluster(broker, conn, req, AclOperation.ALTER)) is not None:
         return denied
     results: list[dict[str, Any]] = []
     valid: list[AclBinding] = []
@@ -94,8 +85,7 @@ async def delete_acls(broker: Broker, conn: Connection, req: DecodedRequest) -> 
         return build(cls, {"throttle_time": 0, "filter_results": [
             {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER, "matching_acls": ()}
             for _ in req.body.filters]})
-    denied = _cluster_denied(broker, conn, req, AclOperation.ALTER)
-    if denied is not None:
+    if (denied := refuse_cluster(broker, conn, req, AclOperation.ALTER)) is not None:
         return denied
     filters = [AclFilter.from_wire(f) for f in req.body.filters]
     errors: dict[int, KafkaError] = {}

@@ -124,10 +124,11 @@ def hide_unauthorized_topics(broker: Broker, conn: Connection, groups: list[dict
                     names.add(tp["topic_name"])
         return names
 
-    wanted = {name for g in groups for name in assigned(g)}
+    per_group = [assigned(g) for g in groups]
+    wanted = set().union(*per_group)
     described = az.filter(conn, Op.DESCRIBE, Res.TOPIC, wanted) if wanted else set()
     for i, group in enumerate(groups):
-        if assigned(group) - described:
+        if per_group[i] - described:
             groups[i] = {**group, "error_code": ErrorCode.topic_authorization_failed, "members": (),
                          "error_message": "The group has described topic(s) that the client is not authorized to "
                                           "describe.", "authorized_operations": INT32_MIN}

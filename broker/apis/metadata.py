@@ -36,11 +36,11 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
-def topic_entry(topic: Topic, include_ops: bool, conn: Connection | None = None) -> MetadataTopic:
+def topic_entry(topic: Topic, include_ops: bool, conn: Connection) -> MetadataTopic:
     ops = INT32_MIN
     if include_ops:
-        az = conn.broker.authorizer if conn is not None else None
-        ops = TOPIC_OPERATIONS if az is None or conn is None else az.operations_bits(conn, ResourceType.TOPIC, topic.name)
+        az = conn.broker.authorizer
+        ops = TOPIC_OPERATIONS if az is None else az.operations_bits(conn, ResourceType.TOPIC, topic.name)
     return MetadataTopic(ErrorCode.none.value, topic.name, topic.topic_id, topic.internal, topic.partitions, ops)
 
 

@@ -144,6 +144,13 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     responses = []
     appended: list[tuple[Any, dict[str, Any]]] = []
     failed = False
+    resolved = []  # (request entry, topic or None, its name or None, the error if unknown)
+    for td in body.topic_data:
+        if v >= 13:
+            topic = topics.get_by_id(td.topic_id)
+            resolved.append((td, topic, getattr(topic, "name", None), ErrorCode.unknown_topic_id))
+        else:
+            resolved.append((td, topics.get(td.name), td.name, ErrorCode.unknown_topic_or_partition))
     az = broker.authorizer
     writable: set[str] = set()
     if az is not None:
@@ -153,18 +160,9 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 raise CloseConnection()
             return error_response(req, ErrorCode.transactional_id_authorization_failed,
                                   "Transactional Id authorization failed.")
-        writable = az.filter(conn, AclOperation.WRITE, ResourceType.TOPIC, (
-            n for td in body.topic_data
-            if (n := (getattr(topics.get_by_id(td.topic_id), "name", None) if v >= 13 else td.name)) is not None))
-    for td in body.topic_data:
-        if v >= 13:
-            topic = topics.get_by_id(td.topic_id)
-            missing = ErrorCode.unknown_topic_id
-            name = getattr(topic, "name", None)
-        else:
-            topic = topics.get(td.name)
-            missing = ErrorCode.unknown_topic_or_partition
-            name = td.name
+        writable = az.filter(conn, AclOperation.WRITE, ResourceType.TOPIC,
+                             (name for _, _, name, _ in resolved if name is not None))
+    for td, topic, name, missing in resolved:
         denied = az is not None and name is not None and name not in writable
         parts = []
         for pd in td.partition_data:

@@ -261,9 +261,6 @@ class AclStore:
     def acls(self, flt: AclFilter | None = None) -> list[AclBinding]:
         return [acl for acl in self._acls if flt is None or flt.matches(acl)]
 
-    def has_type(self, resource_type: ResourceType) -> bool:
-        return resource_type in self.index
-
     def add(self, bindings: Iterable[AclBinding]) -> None:
         acls = dict(self._acls)
         for acl in bindings:

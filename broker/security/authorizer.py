@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.authorizer")
 
-STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 _A = AclOperation
 _DECISIONS_KEPT = 100_000
@@ -210,4 +209,4 @@ def parse_super_users(value: Any) -> list[str]:
     return [p.strip() for p in str(value).split(";") if p.strip()]
 
 
-__all__ = ["STANDARD_AUTHORIZER", "SUPPORTED_OPERATIONS", "Authorizer", "all_operations_bits", "parse_super_users"]
+__all__ = ["SUPPORTED_OPERATIONS", "Authorizer", "all_operations_bits", "parse_super_users"]

@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 log = get_logger("sharebroker.security")
 
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-_SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
 class Mechanism(Protocol):

@@ -181,7 +181,6 @@ def server_context(get: Setting) -> ssl.SSLContext:
 _RULE = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
 _RULE_SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(?:,\s*|$)")
 _RULE_PARSER = re.compile(_RULE)
-_BACKREF = re.compile(r"\$(\d+)")
 
 
 class NoMatchingRule(Exception):

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.errors import KafkaError
-from sharebroker.protocol.record_batch import BatchRecord, decode_records, encode_batch, iter_batch_headers, parse_batches
+from sharebroker.protocol.record_batch import (
+    BATCH_HEADER_SIZE,
+    BatchRecord,
+    decode_records,
+    encode_batch,
+    iter_batch_headers,
+    parse_batches,
+)
 from sharebroker.storage import OffsetOutOfRange
 
 if TYPE_CHECKING:
@@ -59,7 +66,6 @@ def crash_point(name: str) -> None:
 
 
 _DLQ_PRODUCER_BASE = 1 << 62  # far above the ids InitProducerId hands out
-_BATCH_OVERHEAD = 61
 _SOURCE_READ_BYTES = 1024 * 1024  # per source read, as Kafka's DLQ reads
 
 
@@ -206,7 +212,7 @@ class DeadLetters:
         group_b = group_id.encode()
         records: list[tuple[Any, ...]] = []
         covered: list[tuple[int, int]] = []
-        size = _BATCH_OVERHEAD
+        size = BATCH_HEADER_SIZE
         originals: dict[int, BatchRecord] = {}  # decoded source batches, shared by the round's ranges
         for a in pending:
             if copy:
@@ -224,7 +230,7 @@ class DeadLetters:
                 orig = originals.get(offset)
                 if orig is not None:
                     rec = (orig.key, orig.value, [*orig.headers, *headers], orig.timestamp)
-                    if _BATCH_OVERHEAD + _record_size(rec) > max_bytes:
+                    if BATCH_HEADER_SIZE + _record_size(rec) > max_bytes:
                         rec = bare  # too big for the DLQ topic even alone: the context headers only
                 n = _record_size(rec)
                 if records and size + n > max_bytes:
