@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import socket
 import struct
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 
+from bench.cpu import cpu_seconds as _cpu_seconds
 from sharebroker.protocol.client import ResponseStream, decode_response, encode_request
 from sharebroker.protocol.record_batch import encode_batch
 from sharebroker.testing import running_broker
@@ -45,13 +45,6 @@ _OFFSET_MARK = 0x5A5A5A5A00000000  # sentinel fetch offsets, found in the encode
 _EPOCH_MARK = 0x3C3C3C3C
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
-
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Wire:

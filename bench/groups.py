@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import load_request_schema
 
 from bench.connections import percentile
-from bench.job_queue import _cpu_seconds
+from bench.cpu import cpu_seconds as _cpu_seconds
 from bench.partitions import Wire, _nested, create_topics, rss_mb
 from sharebroker.testing import BrokerProcess
 

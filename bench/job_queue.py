@@ -81,6 +81,7 @@ def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600, max_poll
         raise RuntimeError(f"drain timed out: {counters[0]}/{n} jobs")
     secs = marks[1] - marks[0]
     return {"jobs": n, "consumers": consumers, "max_poll_records": max_poll, "seconds": round(secs, 3), "jobs_per_s": round(n / secs, 1),
+            "first_at": marks[0], "last_at": marks[1],
             "deliveries": counters[1], "redelivered": counters[2]}
 
 

@@ -157,7 +157,7 @@ def share_drain(bootstrap: str, n: int, consumers: int, group: str, timeout: flo
         raise RuntimeError(f"share drain timed out after {timeout:.0f} s: distinct {counters[0]}/{n}, "
                            f"deliveries {counters[1]}, errors {counters[3]}")
     return {"rate": n / (marks[1] - marks[0]), "rate_from_start": n / (marks[1] - t_start),
-            "seconds": marks[1] - marks[0], "join_seconds": marks[0] - t_start,
+            "seconds": marks[1] - marks[0], "join_seconds": marks[0] - t_start, "first_at": marks[0], "last_at": marks[1],
             "deliveries": counters[1], "redelivered": counters[2], "errors": counters[3]}
 
 

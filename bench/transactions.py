@@ -8,23 +8,14 @@ broker's CPU per 1,000 records for each.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 import uuid
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.cpu import cpu_seconds as _cpu_seconds
 from sharebroker.testing import running_broker
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
 
 def _run(bootstrap: str, pid: int, topic: str, records: int, per_txn: int | None) -> tuple[float, float]:
     conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, "log_level": 3}

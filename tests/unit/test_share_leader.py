@@ -10,7 +10,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.share.leader import SharePartitionLeader
+from sharebroker.broker.share.leader import SharePartitionLeader, ack_runs
 from sharebroker.broker.share.partition import AcquireMode, RecordState, ShareLimits
 from tests.unit.share_leader_support import Host, ManualClock, MemoryPersister, append_jobs, open_partition
 from sharebroker.protocol.errors import KafkaError
@@ -177,3 +177,12 @@ async def test_overlapping_acknowledgements_persist_the_start_offset_they_reach_
         await asyncio.gather(*leader._tasks)
     assert leader.sp.start_offset == 4
     assert persister.store.summary((GROUP, leader.topic_id, 0)).start_offset == 4
+
+
+def test_ack_runs_split_an_acknowledgement_batch_by_type() -> None:
+    # One type, given once or per offset: one run (no walk per offset for the usual batch).
+    assert ack_runs(10, 14, [1]) == [(10, 14, 1)]
+    assert ack_runs(10, 14, [2] * 5) == [(10, 14, 2)]
+    # Mixed per-offset types: a run per change of type, covering every offset once.
+    assert ack_runs(10, 16, [1, 1, 2, 3, 3, 3, 1]) == [(10, 11, 1), (12, 12, 2), (13, 15, 3), (16, 16, 1)]
+    assert ack_runs(0, 1, [0, 1]) == [(0, 0, 0), (1, 1, 1)]
