@@ -18,9 +18,14 @@ import asyncio
 import datetime
 import multiprocessing
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import statistics
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -98,7 +103,17 @@ def _worker(bootstrap: str, member_ids: list[str], ready: Any, go: Any, out: Any
     out.put((changes, latencies))
 
 
-def run_one(members: int, workers: int, steady_s: float, settle_limit_s: float) -> dict[str, Any]:
+def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        sys.exit("py-spy is not installed: pip install -e '.[bench]'")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([spy, "record", "--format", "raw", "--rate", "250", "--output", str(out), "--pid", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_one(members: int, workers: int, steady_s: float, settle_limit_s: float,
+            profile: Path | None = None) -> dict[str, Any]:
     overrides = {"group.share.max.size": 1000, "offsets.topic.num.partitions": 1}
     with running_broker(overrides) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})  # kept: futures die with it
@@ -117,9 +132,15 @@ def run_one(members: int, workers: int, steady_s: float, settle_limit_s: float) 
         for _ in procs:
             go.put((start_at, stop_at))
         cpu_marks: list[tuple[float, float]] = []
+        spy: subprocess.Popen[bytes] | None = None
         while time.monotonic() < stop_at:
             cpu_marks.append((time.monotonic(), _cpu_seconds(broker.proc.pid)))
+            if profile is not None and spy is None and time.monotonic() > start_at + settle_limit_s:
+                spy = _py_spy(broker.proc.pid, profile)  # the steady heartbeats only
             time.sleep(0.5)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         results = [out.get(timeout=60) for _ in procs]
         for p in procs:
             p.join(30)
@@ -146,13 +167,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=10)
     ap.add_argument("--steady", type=float, default=15.0, help="seconds of steady heartbeats measured")
     ap.add_argument("--settle-limit", type=float, default=45.0, help="seconds allowed for the join storm")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy the broker during the steady heartbeats; samples in bench/out/profile-members-N.txt")
     args = ap.parse_args(argv)
     print(f"share group members, {datetime.date.today()}, {PARTITIONS} partitions, heartbeat interval 5 s")
     print(f"{'members':>8} {'settled s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'CPU µs/hb':>10} {'beats':>6}")
     for n in args.members:
-        r = run_one(n, args.workers, args.steady, args.settle_limit)
+        raw = Path(__file__).parent / "out" / f"profile-members-{n}.txt" if args.profile else None
+        r = run_one(n, args.workers, args.steady, args.settle_limit, raw)
         print(f"{r['members']:>8} {r['settled_s']:>10.2f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.2f} "
               f"{r['cpu_us_per_heartbeat']:>10.0f} {r['steady_heartbeats']:>6}", flush=True)
+        if raw is not None:
+            from bench.profile import summarize
+            print("\n".join(summarize(raw)), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,7 +32,7 @@ from sharebroker.storage import write_atomic
 from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sharebroker.broker.clock import Clock
+    from sharebroker.broker.clock import Clock, TimerHandle
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.groups.directory import GroupDirectory
     from sharebroker.broker.groups.group_log import GroupLog
@@ -85,6 +87,9 @@ class ShareGroupCoordinator:
         self._persisted_epoch: dict[str, int] = {}  # group id -> the epoch its last group record says
         self._persisted_members: dict[str, set[str]] = {}  # members with records (they need tombstones)
         self._group_locks: dict[str, asyncio.Lock] = {}
+        # Pending target computations, one timer per group (share.assignment.interval.ms)
+        self._assignment_timers: dict[str, TimerHandle] = {}
+        self._assignment_tasks: set[asyncio.Task[None]] = set()
         self._group_lock_users: dict[str, int] = {}
 
     def _leaders(self) -> ShareLeaders:
@@ -156,6 +161,9 @@ class ShareGroupCoordinator:
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for timer in self._assignment_timers.values():
+            timer.cancel()
+        self._assignment_timers.clear()
 
     # -- persistence in __consumer_offsets -------------------------------------------------------
 
@@ -331,23 +339,70 @@ class ShareGroupCoordinator:
             return {"member_id": member_id, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
         if before is None:
             log.info("share group member joined", group=group_id, member=member_id, subscribed=subscribed)
-        await self._initialize_partitions(group)
-        group.reconcile(self._topic_infos(group.subscribed_topic_names()))
-        group.advance_member(member_id)
+        if group.checked_topology != (self.topics.version, group.topology_version):
+            await self._check_topology(group)
+        self._settle_target(group, cfg.share_assignment_interval_ms)
         member = group.members[member_id]
-        include = epoch == 0 or subscribed is not None or member.assignment != before
+        subscribed_ids = None
+        if subscribed is not None and before is not None:  # a subscription change keeps only subscribed topics
+            subscribed_ids = {info.topic_id for info in self._topic_infos(set(member.subscribed)).values()}
+        group.advance_member(member_id, subscribed_ids)
+        # Kafka sends the assignment on a full request (a join sends its subscription) or when it
+        # changed; a steady heartbeat compares one reference.
         assignment = None
-        if include:
+        if epoch == 0 or subscribed is not None or (member.assignment is not before and member.assignment != before):
             assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
                                                for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]}
-        await self.persist(group)
+        if self._unwritten(group):
+            await self.persist(group)
         return {"member_id": member_id, "member_epoch": member.epoch,
                 "heartbeat_interval": cfg.share_heartbeat_interval_ms, "assignment": assignment}
 
-    async def _initialize_partitions(self, group: ShareGroup) -> None:
+    async def _check_topology(self, group: ShareGroup) -> None:
+        """Initialize subscribed share partitions that are not yet, and bump the epoch if the
+        subscribed topics' metadata changed. Marked checked only when nothing is left to
+        initialize, so a failed initialization is retried by the next heartbeat."""
+        topics_version = self.topics.version  # before the awaits: a change during them is seen next time
+        complete = await self._initialize_partitions(group)
+        group.refresh_metadata(self._topic_infos(group.subscribed_topic_names()))
+        group.checked_topology = (topics_version, group.topology_version) if complete else None
+
+    def _settle_target(self, group: ShareGroup, interval_ms: int) -> None:
+        """Compute the pending target assignment now if Kafka's assignment interval allows it,
+        else have a timer compute it once the interval has passed: heartbeats in between are
+        answered from the last target and never run the assignor."""
+        if not group.assignment_pending():
+            return
+        now = self.clock.monotonic_ms()
+        due = group.next_assignment_ms(interval_ms)
+        if due is None or now >= due:
+            started = time.perf_counter()
+            group.compute_target(self._topic_infos(group.subscribed_topic_names()), now)
+            log.info("share group target assignment computed", group=group.group_id, epoch=group.assignment_epoch,
+                     members=len(group.members), ms=round((time.perf_counter() - started) * 1000, 2))
+            return
+        if group.group_id not in self._assignment_timers:
+            self._assignment_timers[group.group_id] = self.clock.call_at(
+                due, functools.partial(self._assignment_due, group.group_id))
+
+    def _assignment_due(self, group_id: str) -> None:
+        self._assignment_timers.pop(group_id, None)
+        task = asyncio.get_running_loop().create_task(self._assign(group_id), name="share-group-assignment")
+        self._assignment_tasks.add(task)
+        task.add_done_callback(self._assignment_tasks.discard)
+
+    async def _assign(self, group_id: str) -> None:
+        async with self._serialized(group_id):
+            group = self.groups.get(group_id)
+            if group is not None and group.members:
+                self._settle_target(group, self.config(group_id).share_assignment_interval_ms)
+
+    async def _initialize_partitions(self, group: ShareGroup) -> bool:
+        """True if every subscribed share partition is initialized now."""
         todo = group.partitions_to_initialize(self._topic_infos(group.subscribed_topic_names()))
         if not todo:
-            return
+            return True
+        complete = True
         state_epoch = group.epoch
         done: dict[uuid.UUID, tuple[TopicInfo, list[int]]] = {}
         for info, index, start in todo:
@@ -356,11 +411,13 @@ class ShareGroupCoordinator:
             except KafkaError as exc:
                 log.warning("share partition initialization failed", group=group.group_id, topic=info.name,
                             partition=index, error=exc.code.name, message=exc.message)
+                complete = False
                 continue
             done.setdefault(info.topic_id, (info, []))[1].append(index)
         for info, indexes in done.values():
             group.mark_initialized(info, indexes)
             log.info("share partitions initialized", group=group.group_id, topic=info.name, partitions=indexes)
+        return complete
 
     # -- expiry and topic changes ----------------------------------------------------------------
 
@@ -381,7 +438,9 @@ class ShareGroupCoordinator:
                         log.info("share group member expired", group=group.group_id, member=member_id,
                                  session_timeout_ms=self.config(group.group_id).share_session_timeout_ms)
                     if group.members:
-                        group.reconcile(self._topic_infos(group.subscribed_topic_names()))
+                        if group.checked_topology != (self.topics.version, group.topology_version):
+                            group.refresh_metadata(self._topic_infos(group.subscribed_topic_names()))
+                        self._settle_target(group, self.config(group.group_id).share_assignment_interval_ms)
                     try:
                         await self.persist(group)
                     except Exception as exc:  # noqa: BLE001 - retried at the next sweep
