@@ -108,7 +108,7 @@ def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     if spy is None:
         sys.exit("py-spy is not installed: pip install -e '.[bench]'")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([spy, "record", "--format", "raw", "--rate", "250", "--output", str(out), "--pid", str(pid)],
+    return subprocess.Popen([spy, "record", "--format", "raw", "--rate", "1000", "--output", str(out), "--pid", str(pid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

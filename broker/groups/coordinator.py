@@ -5,14 +5,13 @@ the persister before partitions are assigned."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -45,6 +44,55 @@ log = get_logger("sharebroker.groups")
 
 GROUP_CONFIGS_FILE = "share-group-configs.json"
 _SWEEP_INTERVAL_S = 0.1
+
+
+class HeartbeatAnswer(NamedTuple):
+    """What a successful ShareGroupHeartbeat answers; `assignment` is None when it is not sent."""
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: list[tuple[uuid.UUID, list[int]]] | None
+
+
+class _LockUsers:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class _GroupTurn:
+    """`async with`: a group's lock, created on first use and dropped when no operation holds or
+    awaits it (a plain class: an async generator context manager cost a steady heartbeat more
+    than the rest of its coordinator work)."""
+    __slots__ = ("_locks", "_group_id", "_entry")
+
+    def __init__(self, locks: dict[str, _LockUsers], group_id: str) -> None:
+        self._locks = locks
+        self._group_id = group_id
+
+    async def __aenter__(self) -> None:
+        entry = self._locks.get(self._group_id)
+        if entry is None:
+            entry = self._locks[self._group_id] = _LockUsers()
+        entry.users += 1
+        self._entry = entry
+        try:
+            await entry.lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._entry.lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        entry = self._entry
+        entry.users -= 1
+        if not entry.users:
+            del self._locks[self._group_id]
 
 
 class ShareLeaders(Protocol):
@@ -86,11 +134,10 @@ class ShareGroupCoordinator:
         self._sweep_due: set[str] = set()
         self._persisted_epoch: dict[str, int] = {}  # group id -> the epoch its last group record says
         self._persisted_members: dict[str, set[str]] = {}  # members with records (they need tombstones)
-        self._group_locks: dict[str, asyncio.Lock] = {}
+        self._group_locks: dict[str, _LockUsers] = {}  # the lock of each group some operation holds or awaits
         # Pending target computations, one timer per group (share.assignment.interval.ms)
         self._assignment_timers: dict[str, TimerHandle] = {}
         self._assignment_tasks: set[asyncio.Task[None]] = set()
-        self._group_lock_users: dict[str, int] = {}
 
     def _leaders(self) -> ShareLeaders:
         assert self.leaders is not None, "the broker wires the share leaders in before serving"
@@ -114,7 +161,7 @@ class ShareGroupCoordinator:
             group.restore(self._topic_infos(group.subscribed_topic_names()))
             timeout = self.config(group.group_id).share_session_timeout_ms
             for m in group.members.values():
-                m.deadline_ms = now + timeout  # members that do not come back expire normally
+                group.set_deadline(m, now + timeout)  # members that do not come back expire normally
             self._persisted_epoch[group.group_id] = group.epoch
             self._persisted_members[group.group_id] = set(group.members)
             if group.members:
@@ -287,35 +334,21 @@ class ShareGroupCoordinator:
                 out[name] = TopicInfo(name, topic.topic_id, len(topic.partitions))
         return out
 
-    @contextlib.asynccontextmanager
-    async def _serialized(self, group_id: str) -> AsyncIterator[None]:
+    def _serialized(self, group_id: str) -> _GroupTurn:
         """One operation at a time per group, as Kafka's coordinator runtime runs a group's
         operations in order: a heartbeat that awaits share-partition initialization or its
         group record never interleaves with another member's heartbeat, so a partition is
         initialized once and its state epoch never moves under a loaded leader."""
-        lock = self._group_locks.get(group_id)
-        if lock is None:
-            lock = self._group_locks[group_id] = asyncio.Lock()
-        self._group_lock_users[group_id] = self._group_lock_users.get(group_id, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            left = self._group_lock_users[group_id] - 1
-            if left:
-                self._group_lock_users[group_id] = left
-            else:
-                del self._group_lock_users[group_id]
-                del self._group_locks[group_id]
+        return _GroupTurn(self._group_locks, group_id)
 
-    async def heartbeat(self, body: Any, conn: Connection) -> dict[str, Any]:
+    async def heartbeat(self, body: Any, conn: Connection) -> HeartbeatAnswer:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         subscribed = tuple(body.subscribed_topic_names) if body.subscribed_topic_names is not None else None
         validate_heartbeat(group_id, member_id, epoch, body.rack_id, subscribed)
         async with self._serialized(group_id):
             return await self._heartbeat(body, conn, subscribed)
 
-    async def _heartbeat(self, body: Any, conn: Connection, subscribed: tuple[str, ...] | None) -> dict[str, Any]:
+    async def _heartbeat(self, body: Any, conn: Connection, subscribed: tuple[str, ...] | None) -> HeartbeatAnswer:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         if self.directory.group_type(group_id) not in (None, "share"):
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
@@ -336,7 +369,7 @@ class ShareGroupCoordinator:
         if epoch == -1:
             log.info("share group member left", group=group_id, member=member_id)
             await self.persist(group)
-            return {"member_id": member_id, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+            return HeartbeatAnswer(member_id, -1, 0, None)
         if before is None:
             log.info("share group member joined", group=group_id, member=member_id, subscribed=subscribed)
         if group.checked_topology != (self.topics.version, group.topology_version):
@@ -351,12 +384,10 @@ class ShareGroupCoordinator:
         # changed; a steady heartbeat compares one reference.
         assignment = None
         if epoch == 0 or subscribed is not None or (member.assignment is not before and member.assignment != before):
-            assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
-                                               for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]}
+            assignment = [(tid, sorted(ps)) for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]
         if self._unwritten(group):
             await self.persist(group)
-        return {"member_id": member_id, "member_epoch": member.epoch,
-                "heartbeat_interval": cfg.share_heartbeat_interval_ms, "assignment": assignment}
+        return HeartbeatAnswer(member_id, member.epoch, cfg.share_heartbeat_interval_ms, assignment)
 
     async def _check_topology(self, group: ShareGroup) -> None:
         """Initialize subscribed share partitions that are not yet, and bump the epoch if the

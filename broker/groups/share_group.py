@@ -23,6 +23,7 @@ from sharebroker.protocol.errors import KafkaError
 
 EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
 MAX_MEMBER_ID_LENGTH = 36
+_NEVER = 2**63
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ class ShareGroup:
         self.left_members: set[str] = set()
         self.initialized_changed = False
         self._subscriptions: Counter[str] = Counter()  # topic -> members subscribed to it
+        self._earliest_deadline_ms = _NEVER  # no member's session ends before this (see expired_members)
 
     @property
     def state(self) -> str:
@@ -195,7 +197,7 @@ class ShareGroup:
             self._subscribe(member, tuple(sorted(set(subscribed))))
             self.changed_members.add(member_id)
             self.epoch += 1
-        member.deadline_ms = now_ms + session_timeout_ms
+        self.set_deadline(member, now_ms + session_timeout_ms)
         return HeartbeatResult(member_id, member.epoch, None)
 
     def remove_member(self, member_id: str) -> None:
@@ -210,7 +212,19 @@ class ShareGroup:
                 self.assignment_epoch = self.epoch
 
     def expired_members(self, now_ms: int) -> list[str]:
+        """Members whose session deadline has passed. Heartbeats only move deadlines later, so
+        until the earliest deadline seen at the last scan comes, no member can have expired and
+        the ten-a-second sweep costs nothing per member."""
+        if now_ms < self._earliest_deadline_ms:
+            return []
+        # the earliest of all, expired ones included: until the caller removes them they are due
+        self._earliest_deadline_ms = min((m.deadline_ms for m in self.members.values()), default=_NEVER)
         return [m.member_id for m in self.members.values() if m.deadline_ms <= now_ms]
+
+    def set_deadline(self, member: ShareMember, deadline_ms: int) -> None:
+        member.deadline_ms = deadline_ms
+        if deadline_ms < self._earliest_deadline_ms:
+            self._earliest_deadline_ms = deadline_ms
 
     # -- share-partition initialization and assignment -------------------------------------------
 
