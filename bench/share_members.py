@@ -299,6 +299,59 @@ def run_one(members: int, workers: int, steady_s: float, settle_limit_s: float,
             "cpu_us_per_heartbeat": cpu_per_hb * 1e6, "runqueue_wait_ms_per_s": wait_share * 1000}
 
 
+async def _coordinator_costs(members: int, rounds: int) -> dict[str, float]:
+    """The share coordinator alone, in-process (no sockets, no event-loop I/O): CPU µs per join,
+    the one target computation for all members, the heartbeat that moves a member onto it, and a
+    steady heartbeat with its answer encoded; per operation, from process CPU time."""
+    import tempfile
+    import types
+
+    from sharebroker.broker.apis.share_group_heartbeat import encode_response
+    from sharebroker.broker.server import Broker
+    from sharebroker.broker.structured_log import configure_logging
+    from sharebroker.config import BrokerConfig
+
+    configure_logging(level="warning")  # a log line per join would be most of a join's cost here
+
+    def beat(member: str, epoch: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(group_id=GROUP, member_id=member, member_epoch=epoch, rack_id=None,
+                                     subscribed_topic_names=(TOPIC,) if epoch == 0 else None)
+    conn = types.SimpleNamespace(client_id="bench", client_host="/127.0.0.1")
+    with tempfile.TemporaryDirectory(prefix="sharebroker-members-") as tmp:
+        broker = Broker(BrokerConfig.load(None, {}, {"log.dirs": tmp, "listeners": "PLAINTEXT://127.0.0.1:0",
+                                                     "group.share.max.size": "1000"}))
+        await broker.start()
+        try:
+            broker.topics.create(TOPIC, PARTITIONS, {}, int(time.time() * 1000))
+            coordinator = broker.share_groups
+            ids = [f"m{i:05d}" for i in range(members)]
+            epochs: dict[str, int] = {}
+            # the first join initializes the share partitions (__share_group_state writes): not counted
+            epochs[ids[0]] = (await coordinator.heartbeat(beat(ids[0], 0), conn)).member_epoch  # type: ignore[arg-type]
+            c0 = time.process_time()
+            for m in ids[1:]:
+                epochs[m] = (await coordinator.heartbeat(beat(m, 0), conn)).member_epoch  # type: ignore[arg-type]
+            join_us = (time.process_time() - c0) / max(1, members - 1) * 1e6
+            group = coordinator.groups[GROUP]
+            c0 = time.process_time()
+            group.compute_target(coordinator._topic_infos(group.subscribed_topic_names()), coordinator.clock.monotonic_ms())
+            target_ms = (time.process_time() - c0) * 1000
+            c0 = time.process_time()
+            for m in ids:
+                epochs[m] = (await coordinator.heartbeat(beat(m, epochs[m]), conn)).member_epoch  # type: ignore[arg-type]
+            move_us = (time.process_time() - c0) / members * 1e6
+            requests = {m: beat(m, epochs[m]) for m in ids}
+            c0 = time.process_time()
+            for _ in range(rounds):
+                for m in ids:
+                    a = await coordinator.heartbeat(requests[m], conn)  # type: ignore[arg-type]
+                    encode_response(1, 0, None, a.member_id, a.member_epoch, a.heartbeat_interval_ms, a.assignment)
+            steady_us = (time.process_time() - c0) / (rounds * members) * 1e6
+        finally:
+            await broker.stop()
+    return {"join_us": join_us, "target_ms": target_ms, "move_us": move_us, "steady_us": steady_us}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", type=int, nargs="+", default=[10, 100, 500, 1000])
@@ -313,7 +366,17 @@ def main(argv: list[str] | None = None) -> None:
                          "the first version of this bench (sleep one interval after each answer, stream reader)")
     ap.add_argument("--spread", type=float, default=0.0,
                     help="client pacing: members join at random moments within this many seconds (0: all at once)")
+    ap.add_argument("--coordinator", action="store_true",
+                    help="only the share coordinator, in-process: CPU per join, per target computation, per heartbeat")
     args = ap.parse_args(argv)
+    if args.coordinator:
+        print(f"share coordinator in-process, {datetime.date.today()}, {PARTITIONS} partitions (CPU time)")
+        print(f"{'members':>8} {'join µs':>8} {'target ms':>10} {'new-epoch beat µs':>18} {'steady beat µs':>15}")
+        for n in args.members:
+            c = asyncio.run(_coordinator_costs(n, max(1, 20_000 // n)))
+            print(f"{n:>8} {c['join_us']:>8.1f} {c['target_ms']:>10.2f} {c['move_us']:>18.1f} {c['steady_us']:>15.1f}",
+                  flush=True)
+        return
     print(f"share group members, {datetime.date.today()}, {PARTITIONS} partitions, heartbeat interval 5 s, "
           f"{args.workers} generator processes, {args.pacing} pacing, joins spread over {args.spread:g} s")
     print(f"{'members':>8} {'settled s':>10} {'after storm s':>13} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
