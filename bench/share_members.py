@@ -242,8 +242,9 @@ def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 
 def run_one(members: int, workers: int, steady_s: float, settle_limit_s: float,
-            profile: Path | None = None, pacing: str = "client", spread: float = 0.0) -> dict[str, Any]:
-    overrides = {"group.share.max.size": 1000, "offsets.topic.num.partitions": 1}
+            profile: Path | None = None, pacing: str = "client", spread: float = 0.0,
+            settings: dict[str, str] | None = None) -> dict[str, Any]:
+    overrides: dict[str, object] = {"group.share.max.size": 1000, "offsets.topic.num.partitions": 1, **(settings or {})}
     with running_broker(overrides) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})  # kept: futures die with it
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
@@ -368,7 +369,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="client pacing: members join at random moments within this many seconds (0: all at once)")
     ap.add_argument("--coordinator", action="store_true",
                     help="only the share coordinator, in-process: CPU per join, per target computation, per heartbeat")
+    ap.add_argument("-o", "--override", action="append", default=[], metavar="NAME=VALUE",
+                    help="a broker setting, e.g. -o group.share.assignment.interval.ms=0")
     args = ap.parse_args(argv)
+    settings = dict(o.split("=", 1) for o in args.override)
     if args.coordinator:
         print(f"share coordinator in-process, {datetime.date.today()}, {PARTITIONS} partitions (CPU time)")
         print(f"{'members':>8} {'join µs':>8} {'target ms':>10} {'new-epoch beat µs':>18} {'steady beat µs':>15}")
@@ -378,12 +382,13 @@ def main(argv: list[str] | None = None) -> None:
                   flush=True)
         return
     print(f"share group members, {datetime.date.today()}, {PARTITIONS} partitions, heartbeat interval 5 s, "
-          f"{args.workers} generator processes, {args.pacing} pacing, joins spread over {args.spread:g} s")
+          f"{args.workers} generator processes, {args.pacing} pacing, joins spread over {args.spread:g} s"
+          + "".join(f", {k}={v}" for k, v in settings.items()))
     print(f"{'members':>8} {'settled s':>10} {'after storm s':>13} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
           f"{'gen lag p99':>11} {'loop lag p99':>12} {'CPU µs/hb':>10} {'rq wait ms/s':>12} {'beats':>6}")
     for n in args.members:
         raw = Path(__file__).parent / "out" / f"profile-members-{n}.txt" if args.profile else None
-        r = run_one(n, args.workers, args.steady, args.settle_limit, raw, args.pacing, args.spread)
+        r = run_one(n, args.workers, args.steady, args.settle_limit, raw, args.pacing, args.spread, settings)
         print(f"{r['members']:>8} {r['settled_s']:>10.2f} {r['after_storm_s']:>13.2f} {r['p50_ms']:>8.2f} "
               f"{r['p99_ms']:>8.2f} {r['max_ms']:>8.2f} {r['send_lag_p99_ms']:>11.2f} {r['loop_lag_p99_ms']:>12.2f} "
               f"{r['cpu_us_per_heartbeat']:>10.0f} {r['runqueue_wait_ms_per_s']:>12.0f} {r['steady_heartbeats']:>6}",
