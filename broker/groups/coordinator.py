@@ -211,6 +211,8 @@ class ShareGroupCoordinator:
         for timer in self._assignment_timers.values():
             timer.cancel()
         self._assignment_timers.clear()
+        for task in list(self._assignment_tasks):
+            task.cancel()
 
     # -- persistence in __consumer_offsets -------------------------------------------------------
 
@@ -323,6 +325,10 @@ class ShareGroupCoordinator:
     def invalidate_configs(self) -> None:
         self._config_cache.clear()
         self.apply_trace_configs()  # a broker default it follows may have changed
+        # a pending target waits for the interval in force now, which may have become shorter
+        for group_id, timer in list(self._assignment_timers.items()):
+            timer.cancel()
+            self._assignment_due(group_id)
 
     # -- heartbeat -------------------------------------------------------------------------------
 

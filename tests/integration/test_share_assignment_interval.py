@@ -25,7 +25,11 @@ from tests.integration.share_helpers import (
     code,
     describe_share_group,
     new_group,
+    poll_once,
+    produce_values,
+    set_earliest,
     set_group_configs,
+    share_consumer,
     topic_id,
 )
 
@@ -140,6 +144,37 @@ def test_the_interval_after_an_idle_period_does_not_delay_a_join(ibroker, member
     r = b.heartbeat(0, [topic_name])
     assert code(r.error_code) == 0, r
     assert len(b.assignment.get(tid, [])) == 1, r
+
+
+def test_share_consumers_joining_together_are_balanced_with_kafkas_default_interval(ibroker, topic_name):
+    """Real clients (librdkafka's ShareConsumer) with the 1 s default: members that join within
+    one interval start from the last target and are balanced at a later heartbeat; every record
+    is delivered once."""
+    create_topic(ibroker.bootstrap, topic_name, partitions=3)
+    group = new_group()
+    set_earliest(ibroker.bootstrap, group, share_assignment_interval_ms="1000")
+    consumers = [share_consumer(ibroker.bootstrap, group, [topic_name]) for _ in range(3)]
+    try:
+        def balanced() -> bool:
+            for c in consumers:
+                poll_once(c, 0.05)  # the clients heartbeat from their own threads; this drives the joins
+            g = describe_share_group(ibroker.bootstrap, group)
+            parts = sorted(sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions) for m in g.members)
+            return parts == [[0], [1], [2]] and g.assignment_epoch == g.group_epoch
+        wait_for(balanced, TIMEOUT, interval=0.1, message="three members with one partition each")
+        sent = [f"r-{i}".encode() for i in range(60)]
+        produce_values(ibroker.bootstrap, topic_name, sent)
+        got: list[bytes] = []
+
+        def drained() -> bool:
+            for c in consumers:
+                got.extend(m.value() for m in poll_once(c, 0.1))
+            return len(got) >= len(sent)
+        wait_for(drained, TIMEOUT, interval=0.0, message="every record delivered")
+        assert sorted(got) == sorted(sent)
+    finally:
+        for c in consumers:
+            c.close()
 
 
 def _alter_group(bootstrap: str, group: str, name: str, value: str) -> None:
