@@ -274,9 +274,9 @@ class Connection:
                 resp = encode_fetch_response(req.correlation_id, req.api_version, ())
             throttle = max(throttle, fetch_throttle)
         if isinstance(resp, list):
-            # Fetch, ShareFetch, Metadata (v3+): throttle_time_ms is the body's first field, after
-            # the correlation id and, in a flexible version, the header's empty tag buffer
-            flexible = {1: 12, 3: 9, 78: 0}.get(req.api_key, 1 << 16) <= req.api_version
+            # Fetch, ShareFetch, ShareGroupHeartbeat, Metadata (v3+): throttle_time_ms is the body's
+            # first field, after the correlation id and, in a flexible version, the header's empty tag buffer
+            flexible = {1: 12, 3: 9, 76: 0, 78: 0}.get(req.api_key, 1 << 16) <= req.api_version
             if throttle > 0 and (req.api_key != 3 or req.api_version >= 3):
                 _THROTTLE_FIELD.pack_into(resp[0], 9 if flexible else 8, throttle)
         elif resp is not None and has_field(type(resp), "throttle_time"):

@@ -5,12 +5,13 @@ the persister before partitions are assigned."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import json
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -30,7 +31,7 @@ from sharebroker.storage import write_atomic
 from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sharebroker.broker.clock import Clock
+    from sharebroker.broker.clock import Clock, TimerHandle
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.groups.directory import GroupDirectory
     from sharebroker.broker.groups.group_log import GroupLog
@@ -43,6 +44,55 @@ log = get_logger("sharebroker.groups")
 
 GROUP_CONFIGS_FILE = "share-group-configs.json"
 _SWEEP_INTERVAL_S = 0.1
+
+
+class HeartbeatAnswer(NamedTuple):
+    """What a successful ShareGroupHeartbeat answers; `assignment` is None when it is not sent."""
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: list[tuple[uuid.UUID, list[int]]] | None
+
+
+class _LockUsers:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class _GroupTurn:
+    """`async with`: a group's lock, created on first use and dropped when no operation holds or
+    awaits it (a plain class: an async generator context manager cost a steady heartbeat more
+    than the rest of its coordinator work)."""
+    __slots__ = ("_locks", "_group_id", "_entry")
+
+    def __init__(self, locks: dict[str, _LockUsers], group_id: str) -> None:
+        self._locks = locks
+        self._group_id = group_id
+
+    async def __aenter__(self) -> None:
+        entry = self._locks.get(self._group_id)
+        if entry is None:
+            entry = self._locks[self._group_id] = _LockUsers()
+        entry.users += 1
+        self._entry = entry
+        try:
+            await entry.lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._entry.lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        entry = self._entry
+        entry.users -= 1
+        if not entry.users:
+            del self._locks[self._group_id]
 
 
 class ShareLeaders(Protocol):
@@ -84,8 +134,10 @@ class ShareGroupCoordinator:
         self._sweep_due: set[str] = set()
         self._persisted_epoch: dict[str, int] = {}  # group id -> the epoch its last group record says
         self._persisted_members: dict[str, set[str]] = {}  # members with records (they need tombstones)
-        self._group_locks: dict[str, asyncio.Lock] = {}
-        self._group_lock_users: dict[str, int] = {}
+        self._group_locks: dict[str, _LockUsers] = {}  # the lock of each group some operation holds or awaits
+        # Pending target computations, one timer per group (share.assignment.interval.ms)
+        self._assignment_timers: dict[str, TimerHandle] = {}
+        self._assignment_tasks: set[asyncio.Task[None]] = set()
 
     def _leaders(self) -> ShareLeaders:
         assert self.leaders is not None, "the broker wires the share leaders in before serving"
@@ -109,7 +161,7 @@ class ShareGroupCoordinator:
             group.restore(self._topic_infos(group.subscribed_topic_names()))
             timeout = self.config(group.group_id).share_session_timeout_ms
             for m in group.members.values():
-                m.deadline_ms = now + timeout  # members that do not come back expire normally
+                group.set_deadline(m, now + timeout)  # members that do not come back expire normally
             self._persisted_epoch[group.group_id] = group.epoch
             self._persisted_members[group.group_id] = set(group.members)
             if group.members:
@@ -156,6 +208,11 @@ class ShareGroupCoordinator:
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for timer in self._assignment_timers.values():
+            timer.cancel()
+        self._assignment_timers.clear()
+        for task in list(self._assignment_tasks):
+            task.cancel()
 
     # -- persistence in __consumer_offsets -------------------------------------------------------
 
@@ -268,6 +325,10 @@ class ShareGroupCoordinator:
     def invalidate_configs(self) -> None:
         self._config_cache.clear()
         self.apply_trace_configs()  # a broker default it follows may have changed
+        # a pending target waits for the interval in force now, which may have become shorter
+        for group_id, timer in list(self._assignment_timers.items()):
+            timer.cancel()
+            self._assignment_due(group_id)
 
     # -- heartbeat -------------------------------------------------------------------------------
 
@@ -279,35 +340,21 @@ class ShareGroupCoordinator:
                 out[name] = TopicInfo(name, topic.topic_id, len(topic.partitions))
         return out
 
-    @contextlib.asynccontextmanager
-    async def _serialized(self, group_id: str) -> AsyncIterator[None]:
+    def _serialized(self, group_id: str) -> _GroupTurn:
         """One operation at a time per group, as Kafka's coordinator runtime runs a group's
         operations in order: a heartbeat that awaits share-partition initialization or its
         group record never interleaves with another member's heartbeat, so a partition is
         initialized once and its state epoch never moves under a loaded leader."""
-        lock = self._group_locks.get(group_id)
-        if lock is None:
-            lock = self._group_locks[group_id] = asyncio.Lock()
-        self._group_lock_users[group_id] = self._group_lock_users.get(group_id, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            left = self._group_lock_users[group_id] - 1
-            if left:
-                self._group_lock_users[group_id] = left
-            else:
-                del self._group_lock_users[group_id]
-                del self._group_locks[group_id]
+        return _GroupTurn(self._group_locks, group_id)
 
-    async def heartbeat(self, body: Any, conn: Connection) -> dict[str, Any]:
+    async def heartbeat(self, body: Any, conn: Connection) -> HeartbeatAnswer:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         subscribed = tuple(body.subscribed_topic_names) if body.subscribed_topic_names is not None else None
         validate_heartbeat(group_id, member_id, epoch, body.rack_id, subscribed)
         async with self._serialized(group_id):
             return await self._heartbeat(body, conn, subscribed)
 
-    async def _heartbeat(self, body: Any, conn: Connection, subscribed: tuple[str, ...] | None) -> dict[str, Any]:
+    async def _heartbeat(self, body: Any, conn: Connection, subscribed: tuple[str, ...] | None) -> HeartbeatAnswer:
         group_id, member_id, epoch = body.group_id, body.member_id, body.member_epoch
         if self.directory.group_type(group_id) not in (None, "share"):
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
@@ -328,26 +375,71 @@ class ShareGroupCoordinator:
         if epoch == -1:
             log.info("share group member left", group=group_id, member=member_id)
             await self.persist(group)
-            return {"member_id": member_id, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+            return HeartbeatAnswer(member_id, -1, 0, None)
         if before is None:
             log.info("share group member joined", group=group_id, member=member_id, subscribed=subscribed)
-        await self._initialize_partitions(group)
-        group.reconcile(self._topic_infos(group.subscribed_topic_names()))
-        group.advance_member(member_id)
+        if group.checked_topology != (self.topics.version, group.topology_version):
+            await self._check_topology(group)
+        self._settle_target(group, cfg.share_assignment_interval_ms)
         member = group.members[member_id]
-        include = epoch == 0 or subscribed is not None or member.assignment != before
+        subscribed_ids = None
+        if subscribed is not None and before is not None:  # a subscription change keeps only subscribed topics
+            subscribed_ids = {info.topic_id for info in self._topic_infos(set(member.subscribed)).values()}
+        group.advance_member(member_id, subscribed_ids)
+        # Kafka sends the assignment on a full request (a join sends its subscription) or when it
+        # changed; a steady heartbeat compares one reference.
         assignment = None
-        if include:
-            assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
-                                               for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]}
-        await self.persist(group)
-        return {"member_id": member_id, "member_epoch": member.epoch,
-                "heartbeat_interval": cfg.share_heartbeat_interval_ms, "assignment": assignment}
+        if epoch == 0 or subscribed is not None or (member.assignment is not before and member.assignment != before):
+            assignment = [(tid, sorted(ps)) for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]
+        if self._unwritten(group):
+            await self.persist(group)
+        return HeartbeatAnswer(member_id, member.epoch, cfg.share_heartbeat_interval_ms, assignment)
 
-    async def _initialize_partitions(self, group: ShareGroup) -> None:
+    async def _check_topology(self, group: ShareGroup) -> None:
+        """Initialize subscribed share partitions that are not yet, and bump the epoch if the
+        subscribed topics' metadata changed. Marked checked only when nothing is left to
+        initialize, so a failed initialization is retried by the next heartbeat."""
+        topics_version = self.topics.version  # before the awaits: a change during them is seen next time
+        complete = await self._initialize_partitions(group)
+        group.refresh_metadata(self._topic_infos(group.subscribed_topic_names()))
+        group.checked_topology = (topics_version, group.topology_version) if complete else None
+
+    def _settle_target(self, group: ShareGroup, interval_ms: int) -> None:
+        """Compute the pending target assignment now if Kafka's assignment interval allows it,
+        else have a timer compute it once the interval has passed: heartbeats in between are
+        answered from the last target and never run the assignor."""
+        if not group.assignment_pending():
+            return
+        now = self.clock.monotonic_ms()
+        due = group.next_assignment_ms(interval_ms)
+        if due is None or now >= due:
+            started = time.perf_counter()
+            group.compute_target(self._topic_infos(group.subscribed_topic_names()), now)
+            log.info("share group target assignment computed", group=group.group_id, epoch=group.assignment_epoch,
+                     members=len(group.members), ms=round((time.perf_counter() - started) * 1000, 2))
+            return
+        if group.group_id not in self._assignment_timers:
+            self._assignment_timers[group.group_id] = self.clock.call_at(
+                due, functools.partial(self._assignment_due, group.group_id))
+
+    def _assignment_due(self, group_id: str) -> None:
+        self._assignment_timers.pop(group_id, None)
+        task = asyncio.get_running_loop().create_task(self._assign(group_id), name="share-group-assignment")
+        self._assignment_tasks.add(task)
+        task.add_done_callback(self._assignment_tasks.discard)
+
+    async def _assign(self, group_id: str) -> None:
+        async with self._serialized(group_id):
+            group = self.groups.get(group_id)
+            if group is not None and group.members:
+                self._settle_target(group, self.config(group_id).share_assignment_interval_ms)
+
+    async def _initialize_partitions(self, group: ShareGroup) -> bool:
+        """True if every subscribed share partition is initialized now."""
         todo = group.partitions_to_initialize(self._topic_infos(group.subscribed_topic_names()))
         if not todo:
-            return
+            return True
+        complete = True
         state_epoch = group.epoch
         done: dict[uuid.UUID, tuple[TopicInfo, list[int]]] = {}
         for info, index, start in todo:
@@ -356,11 +448,13 @@ class ShareGroupCoordinator:
             except KafkaError as exc:
                 log.warning("share partition initialization failed", group=group.group_id, topic=info.name,
                             partition=index, error=exc.code.name, message=exc.message)
+                complete = False
                 continue
             done.setdefault(info.topic_id, (info, []))[1].append(index)
         for info, indexes in done.values():
             group.mark_initialized(info, indexes)
             log.info("share partitions initialized", group=group.group_id, topic=info.name, partitions=indexes)
+        return complete
 
     # -- expiry and topic changes ----------------------------------------------------------------
 
@@ -381,7 +475,9 @@ class ShareGroupCoordinator:
                         log.info("share group member expired", group=group.group_id, member=member_id,
                                  session_timeout_ms=self.config(group.group_id).share_session_timeout_ms)
                     if group.members:
-                        group.reconcile(self._topic_infos(group.subscribed_topic_names()))
+                        if group.checked_topology != (self.topics.version, group.topology_version):
+                            group.refresh_metadata(self._topic_infos(group.subscribed_topic_names()))
+                        self._settle_target(group, self.config(group.group_id).share_assignment_interval_ms)
                     try:
                         await self.persist(group)
                     except Exception as exc:  # noqa: BLE001 - retried at the next sweep

@@ -4,8 +4,12 @@ partitions are initialized. No I/O and no clock: callers pass `now_ms` and the t
 Kafka's rules (share-groups-spec §9): epoch 0 joins (or rejoins with the same member id), -1
 leaves, other epochs must match the member's current epoch (or its previous one, for a lost
 response); any membership, subscription or metadata change bumps the group epoch, and members take
-the new target assignment immediately (share groups have no revocation phase). Only initialized
-share partitions are assignable."""
+the target assignment at their next heartbeat (share groups have no revocation phase). Only
+initialized share partitions are assignable.
+
+The target assignment is recomputed at most once per `share.assignment.interval.ms` (Kafka 4.3+):
+until the interval since the last computation has passed, members are answered from the last
+target, at its epoch."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from sharebroker.protocol.errors import KafkaError
 
 EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
 MAX_MEMBER_ID_LENGTH = 36
+_NEVER = 2**63
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,14 @@ class ShareGroup:
         self.group_id = group_id
         self.epoch = 0
         self.assignment_epoch = 0
+        # When the target was last computed (monotonic ms), None before the first computation
+        # (or after a restart): the next one may run at once, as Kafka's canComputeNextTargetAssignment.
+        self.assignment_time_ms: int | None = None
+        # Moves whenever what `refresh_metadata` and initialization look at may have changed (the
+        # set of subscribed topics, the initialized partitions): with the topics' own version it
+        # tells a heartbeat that nothing needs checking.
+        self.topology_version = 0
+        self.checked_topology: tuple[int, int] | None = None
         self.members: dict[str, ShareMember] = {}
         self.initialized: dict[uuid.UUID, set[int]] = {}
         self.target: dict[str, Assignment] = {}
@@ -103,6 +116,7 @@ class ShareGroup:
         self.left_members: set[str] = set()
         self.initialized_changed = False
         self._subscriptions: Counter[str] = Counter()  # topic -> members subscribed to it
+        self._earliest_deadline_ms = _NEVER  # no member's session ends before this (see expired_members)
 
     @property
     def state(self) -> str:
@@ -112,12 +126,16 @@ class ShareGroup:
         return set(self._subscriptions)
 
     def _subscribe(self, member: ShareMember, topics: tuple[str, ...]) -> None:
+        before = len(self._subscriptions)
+        new_topic = any(name not in self._subscriptions for name in topics)
         self._subscriptions.subtract(member.subscribed)
         self._subscriptions.update(topics)
         for name in member.subscribed:
             if self._subscriptions[name] <= 0:
                 del self._subscriptions[name]
         member.subscribed = topics
+        if new_topic or len(self._subscriptions) != before:
+            self.topology_version += 1
 
     def has_changes(self) -> bool:
         return bool(self.changed_members or self.left_members or self.initialized_changed)
@@ -179,7 +197,7 @@ class ShareGroup:
             self._subscribe(member, tuple(sorted(set(subscribed))))
             self.changed_members.add(member_id)
             self.epoch += 1
-        member.deadline_ms = now_ms + session_timeout_ms
+        self.set_deadline(member, now_ms + session_timeout_ms)
         return HeartbeatResult(member_id, member.epoch, None)
 
     def remove_member(self, member_id: str) -> None:
@@ -194,7 +212,19 @@ class ShareGroup:
                 self.assignment_epoch = self.epoch
 
     def expired_members(self, now_ms: int) -> list[str]:
+        """Members whose session deadline has passed. Heartbeats only move deadlines later, so
+        until the earliest deadline seen at the last scan comes, no member can have expired and
+        the ten-a-second sweep costs nothing per member."""
+        if now_ms < self._earliest_deadline_ms:
+            return []
+        # the earliest of all, expired ones included: until the caller removes them they are due
+        self._earliest_deadline_ms = min((m.deadline_ms for m in self.members.values()), default=_NEVER)
         return [m.member_id for m in self.members.values() if m.deadline_ms <= now_ms]
+
+    def set_deadline(self, member: ShareMember, deadline_ms: int) -> None:
+        member.deadline_ms = deadline_ms
+        if deadline_ms < self._earliest_deadline_ms:
+            self._earliest_deadline_ms = deadline_ms
 
     # -- share-partition initialization and assignment -------------------------------------------
 
@@ -220,6 +250,7 @@ class ShareGroup:
         self.initialized.setdefault(info.topic_id, set()).update(partitions)
         self.known_topics[info.name] = info.topic_id
         self.initialized_changed = True
+        self.topology_version += 1
         self.epoch += 1
 
     def forget_topic(self, topic_id: uuid.UUID) -> bool:
@@ -231,6 +262,7 @@ class ShareGroup:
                 found = True
         if found:
             self.initialized_changed = True
+            self.topology_version += 1
             self.epoch += 1
         return found
 
@@ -243,19 +275,45 @@ class ShareGroup:
         their assignments as the target, and nothing is waiting to be written."""
         self._subscriptions = Counter(t for m in self.members.values() for t in m.subscribed)
         self.assignment_epoch = max((m.epoch for m in self.members.values()), default=self.epoch)
+        self.assignment_time_ms = None
         self.target = {m.member_id: dict(m.assignment) for m in self.members.values()}
         self._metadata_signature = self.metadata_signature(topics)
+        self.topology_version += 1
         self.take_changes()
 
-    def reconcile(self, topics: dict[str, TopicInfo]) -> None:
-        """Bump the epoch if subscribed topics' metadata changed, recompute the target assignment
-        when it is behind the group epoch, and move every member onto it."""
+    def refresh_metadata(self, topics: dict[str, TopicInfo]) -> None:
+        """Bump the epoch if the subscribed topics' metadata changed."""
         signature = self.metadata_signature(topics)
         if signature != self._metadata_signature:
             self._metadata_signature = signature
             self.epoch += 1
-        if self.assignment_epoch >= self.epoch:
-            return
+
+    def assignment_pending(self) -> bool:
+        return self.assignment_epoch < self.epoch
+
+    def next_assignment_ms(self, interval_ms: int) -> int | None:
+        """When the pending target may be computed (None: now), as Kafka's
+        canComputeNextTargetAssignment: at once without a previous computation or with a zero
+        interval (its escape hatch for clock corrections), else once the interval has passed."""
+        if self.assignment_time_ms is None or interval_ms == 0:
+            return None
+        return self.assignment_time_ms + interval_ms
+
+    def reconcile(self, topics: dict[str, TopicInfo], now_ms: int = 0, interval_ms: int = 0) -> bool:
+        """Bump the epoch if subscribed topics' metadata changed, then recompute the target
+        assignment if it is behind the group epoch and the interval allows; True if it was."""
+        self.refresh_metadata(topics)
+        if not self.assignment_pending():
+            return False
+        due = self.next_assignment_ms(interval_ms)
+        if due is not None and now_ms < due:
+            return False
+        self.compute_target(topics, now_ms)
+        return True
+
+    def compute_target(self, topics: dict[str, TopicInfo], now_ms: int) -> None:
+        """The SimpleAssignor over every member, at the group epoch. Members move onto it at their
+        own next heartbeat (`advance_member`)."""
         previous = {m.member_id: m.assignment for m in self.members.values()}
         target: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in self.members}
         for name in sorted(self.subscribed_topic_names()):
@@ -269,17 +327,24 @@ class ShareGroup:
                 if parts:
                     target[m][info.topic_id] = parts
         self.assignment_epoch = self.epoch
+        self.assignment_time_ms = now_ms
         self.target = {m: {tid: frozenset(ps) for tid, ps in parts.items()} for m, parts in target.items()}
 
-    def advance_member(self, member_id: str) -> None:
+    def advance_member(self, member_id: str, subscribed_ids: set[uuid.UUID] | None = None) -> None:
         """Move a member onto the target assignment; only its own heartbeat does this, so the
-        epoch it last saw stays valid until it has been told the new one."""
+        epoch it last saw stays valid until it has been told the new one. `subscribed_ids`, given
+        when its subscription just changed, keeps only partitions of topics it still subscribes
+        to, as Kafka does before the next target is computed."""
         member = self.members[member_id]
         if member.epoch != self.assignment_epoch:
             member.previous_epoch = member.epoch
             member.epoch = self.assignment_epoch
             member.assignment = self.target.get(member_id, {})
             self.changed_members.add(member_id)
+        if subscribed_ids is not None and any(tid not in subscribed_ids for tid in member.assignment):
+            member.assignment = {tid: ps for tid, ps in member.assignment.items() if tid in subscribed_ids}
+            self.changed_members.add(member_id)
+
 
 def validate_heartbeat(group_id: str | None, member_id: str | None, member_epoch: int, rack_id: str | None,
                        subscribed: tuple[str, ...] | None) -> None:

@@ -874,3 +874,24 @@ def test_rebalance_protocols_are_checked_as_kafka_does(value: str, message: str)
 def test_only_kafkas_default_share_persister_is_accepted() -> None:
     with pytest.raises(ConfigError, match="DefaultStatePersister only"):
         load({"group.share.persister.class.name": "com.example.MyPersister"})
+
+
+def test_share_assignment_interval_defaults_env_and_bounds() -> None:
+    """Kafka's group.share.*assignment.interval.ms: 1000 within [0, 15000], set through the
+    environment as the Kafka image does, and its start-up checks."""
+    cfg = BrokerConfig.load(None, env={}, overrides={})
+    assert (cfg["group.share.assignment.interval.ms"], cfg["group.share.min.assignment.interval.ms"],
+            cfg["group.share.max.assignment.interval.ms"]) == (1000, 0, 15000)
+    cfg = BrokerConfig.load(None, env={"KAFKA_GROUP_SHARE_ASSIGNMENT_INTERVAL_MS": "0"}, overrides={})
+    assert cfg["group.share.assignment.interval.ms"] == 0
+    with pytest.raises(ConfigError) as err:
+        load({"group.share.min.assignment.interval.ms": "2000"})
+    assert str(err.value).startswith("group.share.assignment.interval.ms must be greater than or equal to "
+                                     "group.share.min.assignment.interval.ms")
+    with pytest.raises(ConfigError) as err:
+        load({"group.share.min.assignment.interval.ms": "100", "group.share.max.assignment.interval.ms": "50",
+              "group.share.assignment.interval.ms": "75"})
+    assert str(err.value).startswith("group.share.max.assignment.interval.ms must be greater than or equal to "
+                                     "group.share.min.assignment.interval.ms")
+    with pytest.raises(ConfigError):
+        load({"group.share.assignment.interval.ms": "-1"})

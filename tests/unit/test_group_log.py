@@ -57,7 +57,7 @@ async def test_compaction_keeps_live_groups_and_drops_history(tmp_path: Path) ->
         epochs = {}
         for i in range(30):  # many changes: joins, leaves
             r = await b.share_groups.heartbeat(_heartbeat("g1", f"m{i}", 0, ("t",)), CONN)
-            epochs[f"m{i}"] = r["member_epoch"]
+            epochs[f"m{i}"] = r.member_epoch
             if i % 2:
                 await b.share_groups.heartbeat(_heartbeat("g1", f"m{i}", -1, None), CONN)
         await b.share_groups.heartbeat(_heartbeat("g2", "x", 0, ("t",)), CONN)

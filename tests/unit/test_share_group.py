@@ -722,3 +722,49 @@ def test_validate_first_request_needs_subscription(subscribed):
 @pytest.mark.parametrize("epoch", [-2, -3, -(2**31)])
 def test_validate_member_epoch_below_minus_one(epoch):
     vraises(ErrorCode.invalid_request, "MemberEpoch is invalid.", "g", "m", epoch, None, ("t",))
+
+
+# -- share.assignment.interval.ms --------------------------------------------------------------
+
+
+def test_the_target_is_computed_at_most_once_per_interval() -> None:
+    t = topic("t", 4)
+    topics = {"t": t}
+    g = ShareGroup("g")
+    hb(g, "a", 0, ("t",))
+    init_all(g, topics)
+    assert g.reconcile(topics, now_ms=1_000, interval_ms=5_000)  # no previous target: at once
+    g.advance_member("a")
+    first = g.assignment_epoch
+    hb(g, "b", 0, ("t",), now=1_500)
+    assert g.assignment_pending()
+    assert g.next_assignment_ms(5_000) == 6_000
+    assert not g.reconcile(topics, now_ms=5_999, interval_ms=5_000)
+    g.advance_member("b")  # answered from the last target, at its epoch, with nothing
+    assert (g.members["b"].epoch, g.members["b"].assignment) == (first, {})
+    assert g.reconcile(topics, now_ms=6_000, interval_ms=5_000)
+    assert g.assignment_epoch == g.epoch > first and g.assignment_time_ms == 6_000
+    assert parts(g, "a", t) | parts(g, "b", t) == {0, 1, 2, 3}
+    assert g.next_assignment_ms(0) is None  # a zero interval never waits
+
+
+def test_a_restored_group_computes_its_next_target_at_once() -> None:
+    t = topic("t", 2)
+    g = joined_group({"t": t}, {"a": ("t",)})
+    g.restore({"t": t})
+    assert g.assignment_time_ms is None and g.next_assignment_ms(15_000) is None
+
+
+def test_an_unsubscribed_topic_leaves_the_assignment_before_the_next_target() -> None:
+    t, u = topic("t", 1), topic("u", 1)
+    topics = {"t": t, "u": u}
+    g = ShareGroup("g")
+    hb(g, "a", 0, ("t", "u"))
+    init_all(g, topics)
+    g.reconcile(topics, now_ms=1, interval_ms=5_000)
+    g.advance_member("a")
+    assert set(g.members["a"].assignment) == {t.topic_id, u.topic_id}
+    hb(g, "a", g.members["a"].epoch, ("t",))
+    assert not g.reconcile(topics, now_ms=2, interval_ms=5_000)
+    g.advance_member("a", {t.topic_id})
+    assert set(g.members["a"].assignment) == {t.topic_id}
