@@ -7,7 +7,7 @@ max.poll.records=1 and a producer with linger.ms=0 send them):
             one (MaxRecords=1), on a backlog of one-record batches
 
 Broker CPU comes from /proc/<pid>/stat (user + system, 10 ms ticks) over many thousands of
-requests; the client's own work is not in it. Each figure is the median of --runs runs on a
+requests, after 500 of each kind to warm up; the client's own work is not in it. Each figure is the median of --runs runs on a
 fresh broker (min–max beside it).
 
 With --baseline DIR (a checkout of another commit, e.g. made with `git archive REV | tar -x -C
@@ -47,6 +47,7 @@ GROUP = "bench-jobs"
 ACCEPT = 1
 _SIZE = struct.Struct(">i")
 _HEARTBEAT_EVERY_S = 2.0
+WARM_UP = 500  # requests of each kind before the measurement starts (first-use imports, caches)
 
 
 def cpu_times(pid: int) -> tuple[float, float]:
@@ -153,12 +154,14 @@ def run_produce(raw: Raw, pid: int, n: int, value_size: int) -> tuple[float, flo
     frames, version = produce_frames(n, value_size)
     raw.corr = 0
     cpu0 = cpu_times(pid)
-    for frame in frames:
+    for i, frame in enumerate(frames):
+        if i == WARM_UP:
+            cpu0 = cpu_times(pid)
         raw.corr += 1
         resp = raw.send_frame(frame, 0, version)
         code = resp.responses[0].partition_responses[0].error_code
         assert int(code) == 0, resp
-    return _per_request_us(cpu0, cpu_times(pid), n)
+    return _per_request_us(cpu0, cpu_times(pid), n - WARM_UP)
 
 
 def share_fetch(member: str, epoch: int, topic_id: uuid.UUID, ack: int | None, version: int,
@@ -191,6 +194,8 @@ def run_fetch(raw: Raw, hb_raw: Raw, pid: int, member: str, member_epoch: int, t
     next_heartbeat = time.monotonic() + _HEARTBEAT_EVERY_S
     cpu0 = cpu_times(pid)
     for i, frame in enumerate(frames):
+        if i == WARM_UP:
+            cpu0 = cpu_times(pid)
         raw.corr = i + 1
         resp = raw.send_frame(frame, 78, version)
         assert int(resp.error_code) == 0, resp
@@ -201,7 +206,7 @@ def run_fetch(raw: Raw, hb_raw: Raw, pid: int, member: str, member_epoch: int, t
         if time.monotonic() > next_heartbeat:  # stay a member; a few requests in a run
             member_epoch = heartbeat(hb_raw, member, member_epoch)
             next_heartbeat = time.monotonic() + _HEARTBEAT_EVERY_S
-    return _per_request_us(cpu0, cpu_times(pid), n)
+    return _per_request_us(cpu0, cpu_times(pid), n - WARM_UP)
 
 
 @contextlib.contextmanager
@@ -269,7 +274,7 @@ def one_run(tree: Path | None, n: int, value_size: int, version: int, profile: b
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=20_000, help="Produce and ShareFetch requests per run")
+    ap.add_argument("--requests", type=int, default=20_000, help="Produce and ShareFetch requests per run (> 500)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--share-fetch-version", type=int, default=1, choices=(1, 2))
