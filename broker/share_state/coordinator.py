@@ -69,7 +69,7 @@ class ShareCoordinator:
         self._former: dict[Key, int] = {}  # keys with misplaced records at start-up -> where they are
         self._drainers: set[asyncio.Task[None]] = set()
         # Keys with an operation running -> the operations waiting for their turn (`_serialized`)
-        self._key_waiters: dict[Key, deque[asyncio.Future[None]]] = {}
+        self._key_waiters: dict[Key, deque[asyncio.Future[None]] | None] = {}
         self._pruner: asyncio.Task[None] | None = None
         self.replay_ms = 0.0
 
@@ -238,32 +238,36 @@ class ShareCoordinator:
         self._track(record, offset)
 
     async def _acquire(self, key: Key) -> None:
-        """Take the key's turn: at once when no operation of the key runs (the common case costs
-        one dict lookup), else after the ones queued before, in order."""
-        waiters = self._key_waiters.get(key)
-        if waiters is None:
-            self._key_waiters[key] = deque()
+        """Take the key's turn: at once when no operation of the key runs (the common case: a
+        lookup and an insert), else after the ones queued before, in order. A key is in
+        `_key_waiters` while an operation of it runs: with None until another one waits."""
+        waiters = self._key_waiters
+        if key not in waiters:
+            waiters[key] = None
             return
+        queue = waiters[key]
+        if queue is None:
+            queue = waiters[key] = deque()
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters.append(turn)
+        queue.append(turn)
         try:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 self._release(key)  # handed the turn while being cancelled: pass it on
-            elif turn in waiters:  # (a release may have dropped it already)
-                waiters.remove(turn)
+            elif turn in queue:  # (a release may have dropped it already)
+                queue.remove(turn)
             raise
 
     def _release(self, key: Key) -> None:
         """End the key's turn: hand it to the next waiter, or mark the key free."""
-        waiters = self._key_waiters[key]
-        while waiters:
-            turn = waiters.popleft()
+        queue = self._key_waiters.pop(key)
+        while queue:
+            turn = queue.popleft()
             if not turn.done():
+                self._key_waiters[key] = queue  # still taken: by `turn` now
                 turn.set_result(None)
                 return
-        del self._key_waiters[key]
 
     @contextlib.asynccontextmanager
     async def _serialized(self, key: Key) -> AsyncIterator[None]:
