@@ -37,6 +37,7 @@ from sharebroker.protocol.codec import (
     response_class,
 )
 from sharebroker.protocol.fetch_responses import Buffer, encode_fetch_response
+from sharebroker.protocol.produce_response import throttle_position
 
 if TYPE_CHECKING:
     from sharebroker.broker.server import Broker
@@ -248,7 +249,7 @@ class Connection:
         if resp is None:
             return b""
         if isinstance(resp, list):
-            return resp  # Fetch and ShareFetch encode their own frames, the records among them uncopied
+            return resp  # Fetch, ShareFetch and Produce encode their own frames (Fetch's records uncopied)
         if self._counting:
             self._errors = {}
             count_errors(resp, self._errors)
@@ -273,7 +274,11 @@ class Connection:
                 quotas.record(FETCH, user, client_id, -size)
                 resp = encode_fetch_response(req.correlation_id, req.api_version, ())
             throttle = max(throttle, fetch_throttle)
-        if isinstance(resp, list):
+        if isinstance(resp, list) and req.api_key == 0:
+            # Produce: throttle_time_ms is the body's last field (the frame is one bytearray)
+            if throttle > 0:
+                _THROTTLE_FIELD.pack_into(resp[0], throttle_position(resp[0], req.api_version), throttle)
+        elif isinstance(resp, list):
             # Fetch, ShareFetch, ShareGroupHeartbeat, Metadata (v3+): throttle_time_ms is the body's
             # first field, after the correlation id and, in a flexible version, the header's empty tag buffer
             flexible = {1: 12, 3: 9, 76: 0, 78: 0}.get(req.api_key, 1 << 16) <= req.api_version

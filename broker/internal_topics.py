@@ -21,7 +21,7 @@ from sharebroker.protocol.record_batch import (
     InvalidRecordError,
     encode_batch,
     iter_records,
-    parse_batches,
+    read_header,
     read_marker,
 )
 from sharebroker.storage import PartitionLog
@@ -93,8 +93,9 @@ class InternalTopics:
                                transactional=True)
         name = f"{partition.topic.name}-{partition.index}"
         try:
-            result = partition.log.append(buf, parse_batches(buf, verify_crc=False),
-                                          leader_epoch=partition.leader_epoch, now_ms=now)
+            # One batch we just encoded: its header needs no checks
+            result = partition.log.append(buf, [read_header(buf, 0)], leader_epoch=partition.leader_epoch,
+                                          now_ms=now)
         except OSError as exc:
             raise KafkaError(ErrorCode.not_coordinator, f"Could not append to {name}: {exc.strerror or exc}") from exc
         if transaction is not None:

@@ -157,8 +157,152 @@ def _entity_walk(cls: type) -> Step:
 
 
 def check_body(cls: type, buf: Any, pos: int) -> None:
-    """Raise MalformedLengths unless every length of `cls`'s encoding at `pos` fits in `buf`."""
-    _entity_walk(cls)(buf, pos, len(buf))
+    """Raise MalformedLengths unless every length of `cls`'s encoding at `pos` fits in `buf`.
+
+    The schema's walk compiled into straight-line Python runs first; only a frame it refuses
+    (or a bug in it) goes through the step-by-step walk, which raises the precise error, so the
+    verdict is always the step-by-step walk's."""
+    end = len(buf)
+    try:
+        _compiled_walk(cls)(buf, pos, end)
+        return
+    except Exception:  # noqa: BLE001 - any failure: let the precise walk judge the frame
+        pass
+    _entity_walk(cls)(buf, pos, end)
+
+
+class _Refused(Exception):
+    """The compiled walk's cheap refusal; the step-by-step walk then says why."""
+
+
+def _uvarint_long(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    """A varint of more than one byte (the compiled walk inlines the one-byte case)."""
+    return _uvarint(buf, pos, end)
+
+
+def _tags_long(buf: Any, pos: int, end: int) -> int:
+    return _tags_step(buf, pos, end)
+
+
+class _Source:
+    """Python source of one compiled walk: a function per entity class."""
+
+    def __init__(self) -> None:
+        self.functions: dict[type, str] = {}  # class -> function name
+        self.lines: list[str] = []
+        self.counter = 0
+
+    def var(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def length(self, out: list[str], indent: str, target: str, flexible: bool, wide: bool) -> None:
+        """Code reading a length prefix into `target` (-1 for null), advancing pos."""
+        if flexible:
+            out.append(f"{indent}{target} = buf[pos]")
+            out.append(f"{indent}if {target} < 128:")
+            out.append(f"{indent}    pos += 1")
+            out.append(f"{indent}else:")
+            out.append(f"{indent}    {target}, pos = _uvarint_long(buf, pos, end)")
+            out.append(f"{indent}{target} -= 1")
+        else:
+            unpack = "_I32" if wide else "_I16"
+            out.append(f"{indent}{target} = {unpack}.unpack_from(buf, pos)[0]")
+            out.append(f"{indent}pos += {4 if wide else 2}")
+
+    def tags(self, out: list[str], indent: str) -> None:
+        out.append(f"{indent}if buf[pos] == 0:")
+        out.append(f"{indent}    pos += 1")
+        out.append(f"{indent}else:")
+        out.append(f"{indent}    pos = _tags_long(buf, pos, end)")
+
+    def primitive(self, out: list[str], indent: str, kind: str, flexible: bool, nullable: bool) -> None:
+        if kind in _FIXED:
+            out.append(f"{indent}pos += {_FIXED[kind]}")
+            out.append(f"{indent}if pos > end: raise _Refused")
+        elif kind in ("varint", "varlong", "uvarint"):
+            out.append(f"{indent}if buf[pos] < 128:")
+            out.append(f"{indent}    pos += 1")
+            out.append(f"{indent}else:")
+            out.append(f"{indent}    pos = _uvarint_long(buf, pos, end)[1]")
+        elif kind in ("string", "bytes", "records"):
+            n = self.var("n")
+            self.length(out, indent, n, flexible, kind != "string")
+            out.append(f"{indent}if {n} < 0:")
+            out.append(f"{indent}    if {n} != -1: raise _Refused" if nullable else f"{indent}    raise _Refused")
+            out.append(f"{indent}else:")
+            out.append(f"{indent}    pos += {n}")
+            out.append(f"{indent}    if pos > end: raise _Refused")
+        else:  # pragma: no cover - schema bug
+            raise MalformedLengths(f"unknown field type {kind}")
+
+    def entity(self, cls: type) -> str:
+        name = self.functions.get(cls)
+        if name is not None:
+            return name
+        name = self.functions[cls] = self.var("_walk_")
+        flexible = bool(getattr(cls, "__flexible__", False))
+        body: list[str] = []
+        for f in dataclasses.fields(cls):
+            if get_field_tag(f) is not None:
+                continue
+            nullable = is_optional(f)
+            fc = classify_field(f)
+            if isinstance(fc, EntityTupleField):
+                element = self.entity(fc.type_)
+                self.array(body, flexible, nullable, 1, [f"        pos = {element}(buf, pos, end)"])
+            elif isinstance(fc, EntityField):
+                element = self.entity(fc.type_)
+                if nullable:
+                    body.append("    if buf[pos] == 255:")
+                    body.append("        pos += 1")
+                    body.append("    else:")
+                    body.append(f"        pos = {element}(buf, pos + 1, end)")
+                else:
+                    body.append(f"    pos = {element}(buf, pos, end)")
+            elif isinstance(fc, PrimitiveTupleField):
+                kind = get_schema_field_type(f)
+                if kind in _FIXED:  # the length check covers the elements
+                    self.array(body, flexible, nullable, _FIXED[kind], [f"        pos += n * {_FIXED[kind]}"],
+                               loop=False)
+                else:
+                    inner: list[str] = []
+                    self.primitive(inner, "        ", kind, flexible, False)
+                    self.array(body, flexible, nullable, 1, inner)
+            else:
+                self.primitive(body, "    ", get_schema_field_type(f), flexible, nullable)
+        if flexible:
+            self.tags(body, "    ")
+        self.lines.append(f"def {name}(buf, pos, end):")
+        self.lines.extend(body)
+        self.lines.append("    return pos")
+        return name
+
+    def array(self, out: list[str], flexible: bool, nullable: bool, min_size: int, element: list[str], *,
+              loop: bool = True) -> None:
+        self.length(out, "    ", "n", flexible, True)
+        out.append("    if n < 0:")
+        out.append("        if n != -1: raise _Refused" if nullable else "        raise _Refused")
+        out.append("    else:")
+        out.append(f"        if pos + n * {min_size} > end: raise _Refused")
+        if loop:
+            out.append("        for _ in range(n):")
+            out.extend("    " + line for line in element)
+        else:
+            out.extend(element)
+
+
+@functools.cache
+def _compiled_walk(cls: type) -> Step:
+    """`_entity_walk(cls)` as generated straight-line code: the same checks, without a call per
+    field. Refuses (any exception) where the step-by-step walk raises; `check_body` then asks it."""
+    source = _Source()
+    top = source.entity(cls)
+    namespace: dict[str, Any] = {"_Refused": _Refused, "_I16": _I16, "_I32": _I32, "_uvarint_long": _uvarint_long,
+                                 "_tags_long": _tags_long}
+    exec(compile("\n".join(source.lines), f"<bounds walk of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102
+    walk: Step = namespace[top]
+    return walk
 
 
 def check_header(cls: type, buf: Any) -> int:

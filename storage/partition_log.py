@@ -409,6 +409,7 @@ class PartitionLog:
             except TornBatch as torn:
                 raise _corrupt(seg, torn, target) from None
             if start >= 0:
+                seg.remember_read_end(next_offset, end)
                 data = os.pread(seg.log_fd(), end - start, start)
                 if len(data) != end - start:
                     raise CorruptLogError(f"short read from {seg.log_path} at position {start}",

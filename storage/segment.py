@@ -197,7 +197,7 @@ class LogSegment:
         "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
         "_idx_file_entries", "_tidx_file_entries",
         "dirty", "log_unsynced", "index_unsynced", "sync_error", "closed", "index_damage", "time_index_damaged",
-        "index_error", "untruncated", "txn_dirty", "has_txnindex",
+        "index_error", "untruncated", "txn_dirty", "has_txnindex", "_hint_offset", "_hint_pos",
     )
 
     def __init__(self, directory: Path, base_offset: int, created_ms: int, files: FileCache) -> None:
@@ -235,6 +235,12 @@ class LogSegment:
         self.untruncated = False  # a failed append could not be cut off the file yet
         self.txn_dirty = False  # the transaction index was appended to since the last fsync
         self.has_txnindex = False  # its .txnindex file exists (spares a failed open per segment)
+        # Where the last read ended: a batch boundary (or the end of the file) at _hint_pos, every
+        # batch before which ends below _hint_offset. A reader that goes on from there (a
+        # consumer, a share partition acquiring job after job) starts at it instead of walking
+        # from the index entry before it.
+        self._hint_offset = -1
+        self._hint_pos = 0
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -429,7 +435,16 @@ class LogSegment:
     def lookup(self, offset: int) -> int:
         """Position of a batch at or before the one holding `offset` (0 if none is indexed)."""
         i = bisect_right(self._idx_rel, offset - self.base_offset) - 1
-        return self._idx_pos[i] if i >= 0 else 0
+        pos = self._idx_pos[i] if i >= 0 else 0
+        if 0 <= self._hint_offset <= offset and self._hint_pos > pos:
+            return self._hint_pos
+        return pos
+
+    def remember_read_end(self, next_offset: int, position: int) -> None:
+        """A read ended at `position`, a batch boundary, with the batches before it all below
+        `next_offset`: the next `lookup` of an offset at or after it starts there."""
+        if position <= self.size:
+            self._hint_offset, self._hint_pos = next_offset, position
 
     def time_lookup(self, timestamp: int, min_offset: int) -> int:
         """Position from which to scan for the first batch with max timestamp >= `timestamp`."""
@@ -571,6 +586,7 @@ class LogSegment:
         Time-index entries past the kept offset-index entries are dropped and re-derived, unless
         keep_time_index (a clean tail check that must not disturb a sealed segment's last entry)."""
         base = self.base_offset
+        self._hint_offset, self._hint_pos = -1, 0  # the file may be cut below
         k = bisect_right(self._idx_pos, walk_from)
         if k and self._idx_pos[k - 1] != walk_from:
             walk_from = self._idx_pos[k - 1]

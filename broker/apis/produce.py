@@ -11,11 +11,14 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import CloseConnection, api, error_response
 from sharebroker.broker.flusher import now_ms
+from sharebroker.broker.metrics import error_name
 from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 
 from sharebroker.broker.structured_log import Repeats, get_logger
 from sharebroker.protocol.errors import KafkaError, error_code_for
-from sharebroker.protocol.codec import DecodedRequest, build, response_class
+from sharebroker.protocol.codec import DecodedRequest
+from sharebroker.protocol.fetch_responses import Buffer
+from sharebroker.protocol.produce_response import ProducePartitionResponse, ProduceTopicResponse, encode_produce_response
 from sharebroker.protocol.record_batch import first_keyless_record, parse_produce_records
 
 if TYPE_CHECKING:
@@ -28,8 +31,8 @@ log = get_logger("sharebroker.produce")
 _refusals = Repeats(10.0)
 
 def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | None, version: int,
-                now: int, transactional_id: str | None) -> dict[str, Any]:
-    """Validate and append one partition's batch; the response entry (without index)."""
+                now: int, transactional_id: str | None, entry: ProducePartitionResponse) -> None:
+    """Validate and append one partition's batch, filling its response entry."""
     plog = partition.log
     topic = partition.topic
     cfg = topic.config
@@ -53,8 +56,8 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
         if dup is not None:
             log.info("duplicate batch acknowledged with its original offset", topic=topic.name,
                      partition=partition.index, producer_id=pid, sequence=batch.base_sequence, offset=dup.first_offset)
-            return {"error_code": ErrorCode.none, "base_offset": dup.first_offset,
-                    "log_start_offset": plog.log_start_offset}
+            entry.base_offset, entry.log_start_offset = dup.first_offset, plog.log_start_offset
+            return
     # A large request's records are a writable view of its frame: offsets go in there, no copy.
     buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records or b"")
     result = plog.append(buf, headers, leader_epoch=partition.leader_epoch, now_ms=now,
@@ -69,11 +72,9 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
         # After the producer state took this batch in: the roll's snapshot is taken at the log
         # end offset, which already counts it.
         broker.segment_rolled(partition)
-    entry: dict[str, Any] = {"error_code": ErrorCode.none, "base_offset": result.first_offset,
-                             "log_start_offset": result.log_start_offset}
+    entry.base_offset, entry.log_start_offset = result.first_offset, result.log_start_offset
     if log_append_time:
-        entry["log_append_time"] = result.log_append_time_ms
-    return entry
+        entry.log_append_time_ms = result.log_append_time_ms
 
 
 def _check_transaction(broker: Broker, partition: Any, batch: Any, version: int, transactional_id: str | None) -> None:
@@ -142,7 +143,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     now = now_ms()
     topics = broker.topics
     responses = []
-    appended: list[tuple[Any, dict[str, Any]]] = []
+    appended: list[tuple[Any, ProducePartitionResponse]] = []
     failed = False
     resolved = []  # (request entry, topic or None, its name or None, the error if unknown)
     for td in body.topic_data:
@@ -166,8 +167,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         denied = az is not None and name is not None and name not in writable
         parts = []
         for pd in td.partition_data:
-            entry: dict[str, Any] = {"index": pd.index, "base_offset": -1, "log_start_offset": -1,
-                                     "record_errors": (), "error_message": None}
+            entry = ProducePartitionResponse(pd.index)
             try:
                 if acks not in (-1, 0, 1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"Invalid required acks value {acks}.")
@@ -181,20 +181,19 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
                 partition = topic.partitions[pd.index]
-                entry.update(_append_one(broker, partition, pd.records, v, now, body.transactional_id))
+                _append_one(broker, partition, pd.records, v, now, body.transactional_id, entry)
                 appended.append((partition, entry))
             except KafkaError as exc:
                 failed = True
-                entry.update(error_code=exc.code, error_message=exc.message)
+                entry.error_code, entry.error_message = exc.code, exc.message
                 log.warning("produce refused", topic=getattr(topic, "name", None) or str(getattr(td, "topic_id", "")),
                          partition=pd.index, error=exc.code.name, message=exc.message, conn=conn.id)
             except Exception as exc:  # the log failed (full disk) or a bug: this partition only
                 failed = True
                 code, message = _unexpected(exc, topic, pd.index, conn, "append")
-                entry.update(error_code=code, error_message=message, base_offset=-1, log_start_offset=-1)
+                _failed(entry, code, message)
             parts.append(entry)
-        responses.append({"name": getattr(td, "name", None), "topic_id": getattr(td, "topic_id", None),
-                          "partition_responses": parts})
+        responses.append(ProduceTopicResponse(getattr(td, "name", None), getattr(td, "topic_id", None), parts))
     # Register every partition's flush before awaiting any, so they share one group commit.
     flushes = [(p, entry, f) for p, entry in appended if (f := broker.after_append(p, wait=acks != 0)) is not None]
     if flushes:
@@ -205,7 +204,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 # storage error (the client retries; an idempotent producer's retry is deduplicated).
                 failed = True
                 code, message = _unexpected(res, p.topic, p.index, conn, "flush")
-                entry.update(error_code=code, error_message=message, base_offset=-1, log_start_offset=-1)
+                _failed(entry, code, message)
             elif isinstance(res, BaseException):
                 raise res
     if acks == 0:
@@ -213,4 +212,16 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             # Kafka closes an acks=0 connection on error: it is the only signal such a producer gets.
             raise CloseConnection()
         return None
-    return build(response_class(0, v), {"responses": responses, "throttle_time": 0})
+    if broker.metrics.enabled:  # errorCounts: each partition (the response has no top-level code)
+        errors = conn.response_errors = {}
+        for t in responses:
+            for e in t.partitions:
+                name = error_name(e.error_code)
+                errors[name] = errors.get(name, 0) + 1
+    frame: list[Buffer] = [encode_produce_response(req.correlation_id, v, responses)]
+    return frame
+
+
+def _failed(entry: ProducePartitionResponse, code: ErrorCode, message: str) -> None:
+    entry.error_code, entry.error_message = code, message
+    entry.base_offset = entry.log_start_offset = -1

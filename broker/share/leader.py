@@ -245,7 +245,6 @@ class SharePartitionLeader:
         """Write, then commit; roll back on failure (lock expiry keeps its transitions)."""
         sp = self.sp
         assert sp is not None
-        limits = self.owner.limits(self.group_id)
         batches = [StateBatch(b.first_offset, b.last_offset, int(b.state), b.delivery_count) for b in write.batches]
         # An expiry's ARCHIVING is applied before its write: the DLQ waits until it is durable.
         expiry_archiving = write.kind == "expiry" and any(b.state == RecordState.ARCHIVING for b in write.batches)
@@ -262,7 +261,7 @@ class SharePartitionLeader:
             if write.kind == "expiry" or ignore_failure:
                 sp.commit(write, now_ms=self.clock.monotonic_ms())
             else:
-                sp.rollback(write, limits=limits, now_ms=self.clock.monotonic_ms())
+                sp.rollback(write, limits=self.owner.limits(self.group_id), now_ms=self.clock.monotonic_ms())
             self._after_change()
             mapped = _map_persister_error(exc)
             if mapped.code == ErrorCode.not_leader_or_follower:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +68,8 @@ class ShareCoordinator:
         self.relocation: asyncio.Task[int] | None = None  # moving those at start-up (`start`)
         self._former: dict[Key, int] = {}  # keys with misplaced records at start-up -> where they are
         self._drainers: set[asyncio.Task[None]] = set()
-        self._key_locks: dict[Key, asyncio.Lock] = {}
-        self._key_users: dict[Key, int] = {}
+        # Keys with an operation running -> the operations waiting for their turn (`_serialized`)
+        self._key_waiters: dict[Key, deque[asyncio.Future[None]] | None] = {}
         self._pruner: asyncio.Task[None] | None = None
         self.replay_ms = 0.0
 
@@ -237,24 +237,47 @@ class ShareCoordinator:
         self.store.apply(record)
         self._track(record, offset)
 
+    async def _acquire(self, key: Key) -> None:
+        """Take the key's turn: at once when no operation of the key runs (the common case: a
+        lookup and an insert), else after the ones queued before, in order. A key is in
+        `_key_waiters` while an operation of it runs: with None until another one waits."""
+        waiters = self._key_waiters
+        if key not in waiters:
+            waiters[key] = None
+            return
+        queue = waiters[key]
+        if queue is None:
+            queue = waiters[key] = deque()
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._release(key)  # handed the turn while being cancelled: pass it on
+            elif turn in queue:  # (a release may have dropped it already)
+                queue.remove(turn)
+            raise
+
+    def _release(self, key: Key) -> None:
+        """End the key's turn: hand it to the next waiter, or mark the key free."""
+        queue = self._key_waiters.pop(key)
+        while queue:
+            turn = queue.popleft()
+            if not turn.done():
+                self._key_waiters[key] = queue  # still taken: by `turn` now
+                turn.set_result(None)
+                return
+
     @contextlib.asynccontextmanager
     async def _serialized(self, key: Key) -> AsyncIterator[None]:
         """One operation at a time per share partition, as Kafka's coordinator runtime runs one
         shard's operations in order: each is checked against the state the previous one left."""
-        lock = self._key_locks.get(key)
-        if lock is None:
-            lock = self._key_locks[key] = asyncio.Lock()
-        self._key_users[key] = self._key_users.get(key, 0) + 1
+        await self._acquire(key)
         try:
-            async with lock:
-                yield
+            yield
         finally:
-            left = self._key_users[key] - 1
-            if left:
-                self._key_users[key] = left
-            else:
-                del self._key_users[key]
-                del self._key_locks[key]
+            self._release(key)
 
     # -- the persister operations ----------------------------------------------------------------
 
@@ -290,10 +313,13 @@ class ShareCoordinator:
         ShareStateStore._check_key(topic_id, partition)
         self._check_partition(topic_id, partition)
         key = (group_id, topic_id, partition)
-        async with self._serialized(key):
+        await self._acquire(key)  # `_serialized`, without a context manager on the hot path
+        try:
             await self._commit(self.store.write(
                 key, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
                 delivery_complete_count=delivery_complete_count, batches=batches, now_ms=now_ms()))
+        finally:
+            self._release(key)
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
         ShareStateStore._check_key(topic_id, partition)

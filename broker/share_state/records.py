@@ -11,7 +11,7 @@ import uuid
 
 from sharebroker.broker.java_compat import partition_for_key
 from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, Key, SnapshotValue, StateBatch, StateRecord, UpdateValue
-from sharebroker.protocol.primitives import Reader, Writer
+from sharebroker.protocol.primitives import Reader, Writer, write_uvarint
 
 __all__ = ["SNAPSHOT", "UPDATE", "decode_key", "decode_record", "decode_value", "encode_record", "state_partition"]
 
@@ -41,6 +41,7 @@ def decode_value(record_type: int, k: Key, value: bytes | None) -> StateRecord:
     raise ValueError(f"unknown share state record type {record_type}")
 
 
+@functools.lru_cache(maxsize=65536)  # every state write of a share partition has the same key
 def encode_key(record_type: int, group_id: str, topic_id: uuid.UUID, partition: int) -> bytes:
     w = Writer()
     w.i16(record_type)
@@ -55,47 +56,35 @@ def decode_key(data: bytes) -> tuple[int, str, uuid.UUID, int]:
     return r.i16(), r.string() or "", r.uuid(), r.i32()
 
 
-def _encode_batches(w: Writer, batches: list[StateBatch]) -> None:
-    w.compact_len(len(batches))
+_SNAPSHOT_HEAD = struct.Struct(">hiiiqqq")  # version 0, three epochs, start offset, two timestamps
+_UPDATE_HEAD = struct.Struct(">hiiq")  # version 0, snapshot epoch, leader epoch, start offset
+_STATE_BATCH = struct.Struct(">qqbhb")  # first, last, delivery state, delivery count, no tags
+_DCC_TAG = struct.Struct(">BBBi")  # one tagged field: tag 0, size 4, DeliveryCompleteCount
+
+
+def _encode_batches_and_tags(out: bytearray, batches: list[StateBatch], delivery_complete_count: int) -> bytes:
+    """StateBatches as a compact array, then the value's tagged fields (DeliveryCompleteCount as
+    tag 0 unless -1)."""
+    write_uvarint(out, len(batches) + 1)
+    pack = _STATE_BATCH.pack
     for b in batches:
-        w.i64(b.first_offset)
-        w.i64(b.last_offset)
-        w.i8(b.delivery_state)
-        w.i16(b.delivery_count)
-        w.no_tags()  # no tagged fields in a StateBatch
-
-
-def _encode_tags(w: Writer, delivery_complete_count: int) -> None:
+        out += pack(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count, 0)
     if delivery_complete_count == -1:
-        w.no_tags()
-        return
-    w.uvarint(1)
-    w.uvarint(0)  # tag 0
-    w.uvarint(4)  # size
-    w.i32(delivery_complete_count)
+        out.append(0)
+    else:
+        out += _DCC_TAG.pack(1, 0, 4, delivery_complete_count)
+    return bytes(out)
 
 
 def encode_snapshot(v: SnapshotValue) -> bytes:
-    w = Writer()
-    w.i16(0)
-    for epoch in (v.snapshot_epoch, v.state_epoch, v.leader_epoch):
-        w.i32(epoch)
-    for n in (v.start_offset, v.create_timestamp, v.write_timestamp):
-        w.i64(n)
-    _encode_batches(w, v.batches)
-    _encode_tags(w, v.delivery_complete_count)
-    return w.getvalue()
+    out = bytearray(_SNAPSHOT_HEAD.pack(0, v.snapshot_epoch, v.state_epoch, v.leader_epoch, v.start_offset,
+                                        v.create_timestamp, v.write_timestamp))
+    return _encode_batches_and_tags(out, v.batches, v.delivery_complete_count)
 
 
 def encode_update(v: UpdateValue) -> bytes:
-    w = Writer()
-    w.i16(0)
-    w.i32(v.snapshot_epoch)
-    w.i32(v.leader_epoch)
-    w.i64(v.start_offset)
-    _encode_batches(w, v.batches)
-    _encode_tags(w, v.delivery_complete_count)
-    return w.getvalue()
+    out = bytearray(_UPDATE_HEAD.pack(0, v.snapshot_epoch, v.leader_epoch, v.start_offset))
+    return _encode_batches_and_tags(out, v.batches, v.delivery_complete_count)
 
 
 def _decode_batches(r: Reader) -> list[StateBatch]:

@@ -89,6 +89,8 @@ def merge_batches(current: list[StateBatch], incoming: list[StateBatch], start_o
     ranges overlap the higher delivery count wins, then the higher state id; coalesce neighbours
     with equal (state, count). Output sorted and non-overlapping. Sweep over range ends, so the
     cost follows the number of ranges, never the offsets they span."""
+    if not current and _ordered(incoming):
+        return _clip_and_coalesce(incoming, start_offset)
     items = [b for b in (*current, *incoming) if b.last_offset >= start_offset]
     if not items:
         return []
@@ -122,6 +124,36 @@ def merge_batches(current: list[StateBatch], incoming: list[StateBatch], start_o
                 ended.add(idx)
             k += 1
         prev = pos
+    return out
+
+
+def _ordered(batches: list[StateBatch]) -> bool:
+    """Whether the ranges are each well-formed and in order without overlap (as a leader writes
+    them): then no offset is claimed twice and the sweep has nothing to decide."""
+    prev = None
+    for b in batches:
+        if b.first_offset > b.last_offset or (prev is not None and prev.last_offset >= b.first_offset):
+            return False
+        prev = b
+    return True
+
+
+def _clip_and_coalesce(batches: list[StateBatch], start_offset: int) -> list[StateBatch]:
+    """merge_batches of ordered, non-overlapping ranges alone: what lies below the start offset
+    dropped, the range straddling it clipped, neighbours with equal (state, count) joined."""
+    out: list[StateBatch] = []
+    for b in batches:
+        if b.last_offset < start_offset:
+            continue
+        if b.first_offset < start_offset:
+            b = StateBatch(start_offset, b.last_offset, b.delivery_state, b.delivery_count)
+        if out:
+            p = out[-1]
+            if (p.last_offset + 1 == b.first_offset and p.delivery_state == b.delivery_state
+                    and p.delivery_count == b.delivery_count):
+                out[-1] = StateBatch(p.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                continue
+        out.append(b)
     return out
 
 

@@ -29,6 +29,21 @@ def test_share_update_without_tagged_count_decodes_default() -> None:
     assert rec.decode_update(data) == value
 
 
+def test_share_values_have_kafkas_exact_bytes() -> None:
+    """Golden bytes (ShareUpdateValue / ShareSnapshotValue v0): the struct-packed encoders write
+    what the field-by-field writer wrote."""
+    update = rec.UpdateValue(1, 2, 100, 7, [StateBatch(100, 109, 2, 1), StateBatch(110, 110, 0, 3)])
+    assert rec.encode_update(update).hex() == (
+        "0000" "00000001" "00000002" "0000000000000064" "03"
+        "0000000000000064" "000000000000006d" "02" "0001" "00"
+        "000000000000006e" "000000000000006e" "00" "0003" "00"
+        "01" "00" "04" "00000007")
+    snapshot = rec.SnapshotValue(3, 7, 2, 100, -1, 1_700_000_000_000, 1_700_000_000_500, [StateBatch(100, 109, 4, 5)])
+    assert rec.encode_snapshot(snapshot).hex() == (
+        "0000" "00000003" "00000007" "00000002" "0000000000000064" "0000018bcfe56800" "0000018bcfe569f4"
+        "02" "0000000000000064" "000000000000006d" "04" "0005" "00" "00")
+
+
 def test_records_survive_a_record_batch() -> None:
     tid = uuid.uuid4()
     pairs = [(rec.encode_key(rec.UPDATE, "g", tid, 0), rec.encode_update(rec.UpdateValue(0, 0, 1, 1, []))),

@@ -153,6 +153,17 @@ def test_merge_property_against_brute_force():
         assert all(x.first_offset >= start for x in out)
 
 
+def test_merge_of_ordered_ranges_alone_against_brute_force():
+    """The fast path a leader's writes take (nothing stored yet, ranges in order, disjoint)."""
+    rng = random.Random(932)
+    for _ in range(3000):
+        incoming = random_batches(rng, rng.randint(0, 6), disjoint=True)
+        start = rng.choice((-1, 0, rng.randint(0, 45)))
+        out = merge_batches([], incoming, start)
+        assert out == reference_merge([], incoming, start), (incoming, start)
+        check_well_formed(out)
+
+
 def test_merge_property_arbitrary_inputs():
     rng = random.Random(86)
     for _ in range(2000):

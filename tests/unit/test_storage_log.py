@@ -607,3 +607,34 @@ def test_log_config_from_kafka_names_and_topic_config_objects() -> None:
     cfg = LogConfig.from_topic_config(Typed())
     assert (cfg.segment_bytes, cfg.segment_ms, cfg.retention_bytes) == (4096, 10, 7)
     assert not cfg.deletes and cfg.index_interval_bytes == 4096
+
+
+def test_a_reader_going_on_from_its_last_read_starts_where_that_read_ended(tmp_path: Path) -> None:
+    """The read-end hint: job-by-job reads of one-record batches start at the batch they need
+    (no walk from the index entry before it), and reads before, at, past or into a batch, and
+    reads after further appends, return exactly what the index walk returns."""
+    log = open_log(tmp_path / "jobs-0", LogConfig(segment_bytes=1 << 20, index_interval_bytes=4096))
+    feed = Feed(log)
+    for _ in range(100):
+        feed.put(1)
+    for _ in range(20):
+        feed.put(3)  # offsets 100..159, three to a batch
+    seg = log._segments[-1]
+    positions = {}  # base offset -> position, from a full walk
+    for pos, base, _size, _last, _mts, _attrs in seg.walk(0):
+        positions[base] = pos
+    for offset in range(0, 100):
+        res = log.read(offset, 1 << 20, through_offset=offset)
+        assert decode(res.records) == [(offset, offset)]
+        assert seg.lookup(offset + 1) == positions.get(offset + 1, seg.size)  # no walk for the next job
+    for offset in (150, 101, 0, 57, 159, 100, 102, 103):
+        expect_first = offset if offset < 100 else 100 + (offset - 100) // 3 * 3
+        res = log.read(offset, 1 << 20, through_offset=offset)
+        assert res.first_offset == expect_first
+        assert decode(res.records)[0][0] == expect_first
+        assert res.next_offset == (offset + 1 if offset < 100 else expect_first + 3)
+    log.read(159, 1 << 20)  # the end: the next batch is not written yet
+    feed.put(2)
+    res = log.read(160, 1 << 20)
+    assert decode(res.records) == [(160, 160), (161, 161)]
+    log.close()
