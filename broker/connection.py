@@ -216,6 +216,19 @@ class Connection:
             self._last = (req.api_key, req.api_version)
         if self.client_id is None and req.client_id is not None:
             self.client_id = req.client_id
+        workers = self.broker.workers
+        if workers is not None:  # worker.processes > 1: forwarded, refused or not this worker's
+            try:
+                answered = await workers.gate(self, req, frame)
+            except ConnectionError:
+                return None
+            except Exception as exc:  # worker 0 unreachable: the client retries
+                from sharebroker.protocol.errors import error_code_for
+
+                code, message = error_code_for(exc)
+                answered = workers.error_frame(req, code, message)
+            if answered is not None:
+                return answered
         handler = HANDLERS[req.api_key]
         quotas = self.broker.quotas
         throttled = quotas.active and req.api_key not in _QUOTA_EXEMPT
