@@ -92,6 +92,8 @@ class Broker:
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
                                      max_sessions=config["group.share.max.share.sessions"],
                                      dead_letters=DeadLetters(self))
+        if self.workers is not None:
+            self.share.settings = self.workers.fresh_settings(self.share_groups)
         self.share_groups.share_dlq_supported = lambda: self.features.share_dlq_supported
         self.share_groups.leaders = self.share
         # Metrics only when metrics.listener is set: otherwise every hook is the null recorder's no-op.

@@ -25,6 +25,9 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import error_response
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
+from sharebroker.broker.share.leader import OffsetReset
+from sharebroker.broker.share.partition import ShareLimits
+from sharebroker.broker.share.partitions import GroupShareSettings
 from sharebroker.broker.share_state.coordinator import STATE_TOPIC, ShareCoordinator
 from sharebroker.broker.share_state import records as rec
 from sharebroker.broker.structured_log import get_logger
@@ -94,6 +97,11 @@ class WorkerCluster:
         for sock in socks:
             sock.setblocking(False)
         return socks
+
+    def fresh_settings(self, settings: GroupShareSettings) -> GroupShareSettings:
+        """The group settings this worker's share-partition leaders read, with the group configs
+        worker 0 wrote taken first when a leader starts (auto-offset-reset decides where it begins)."""
+        return _FreshSettings(settings, self)
 
     # -- who leads and coordinates what -----------------------------------------------------------
 
@@ -213,3 +221,16 @@ class WorkerCluster:
     def close(self) -> None:
         for peer in self.peers.values():
             peer.close()
+
+
+class _FreshSettings:
+    def __init__(self, settings: GroupShareSettings, cluster: WorkerCluster) -> None:
+        self._settings = settings
+        self._cluster = cluster
+
+    def limits(self, group_id: str) -> ShareLimits:
+        return self._settings.limits(group_id)
+
+    def auto_offset_reset(self, group_id: str) -> OffsetReset:
+        self._cluster.refresh()
+        return self._settings.auto_offset_reset(group_id)

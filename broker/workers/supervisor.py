@@ -76,12 +76,12 @@ def supervise(config: BrokerConfig, serve_args: list[str], ready_file: Path | No
         for socks in sockets:  # the workers hold them now
             for sock in socks:
                 sock.close()
+        log.info("workers started", workers=count, pids=[p.pid for p in procs], ports=list(ports),
+                 node_ids=list(node_ids), startup_ms=round((time.perf_counter() - t0) * 1000, 1))
         if ready_file is not None:
             tmp = ready_file.with_suffix(".tmp")
             tmp.write_text(f"{host}:{bound[0]}\n")
             os.replace(tmp, ready_file)
-        log.info("workers started", workers=count, pids=[p.pid for p in procs], ports=list(ports),
-                 node_ids=list(node_ids), startup_ms=round((time.perf_counter() - t0) * 1000, 1))
         while True:
             info = signal.sigtimedwait({signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}, 1.0)
             if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):

@@ -38,8 +38,8 @@ def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p.id: p.leader for p in t.partitions.values()}
 
 
-def _produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
-    p = Producer(producer_conf(bootstrap))
+def _produce(bootstrap: str, topic: str, n: int, partitions: int, **extra: Any) -> None:
+    p = Producer(producer_conf(bootstrap, **extra))
     failed: list[Any] = []
     for i in range(n):
         p.produce(topic, b"v%d" % i, partition=i % partitions,
@@ -48,8 +48,11 @@ def _produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
     assert not failed
 
 
-def _consume_all(bootstrap: str, topic: str, n: int) -> Counter[bytes]:
-    c = Consumer(consumer_conf(bootstrap, **{"group.id": new_group("cg"), "auto.offset.reset": "earliest"}))
+def _consume_all(bootstrap: str, topic: str, n: int, protocol: str = "classic") -> Counter[bytes]:
+    conf = consumer_conf(bootstrap, **{"group.id": new_group("cg"), "group.protocol": protocol})
+    if protocol == "consumer":
+        conf.pop("session.timeout.ms")  # a broker setting under the consumer protocol
+    c = Consumer(conf)
     c.subscribe([topic])
     got: Counter[bytes] = Counter()
     try:
@@ -73,17 +76,19 @@ def test_topics_partitions_and_groups_are_split_between_two_workers(sharebroker_
     assert sorted(leaders) == [0, 1, 2, 3]
     assert set(leaders.values()) == {1, 2}, leaders  # both workers lead some partitions
     assert _leaders(w1, topic) == leaders  # both workers describe the same cluster
-    _produce(w0, topic, 400, 4)
-    got = _consume_all(w1, topic, 400)
-    assert got == Counter({b"v%d" % i: 1 for i in range(400)})
+    _produce(w0, topic, 200, 4)
+    _produce(w1, topic, 200, 4, **{"enable.idempotence": True})  # InitProducerId goes to worker 0
+    got = _consume_all(w1, topic, 400)  # classic group, coordinated by one of the workers
+    expected = Counter({b"v%d" % i: 2 for i in range(200)})
+    assert got == expected
+    assert _consume_all(w0, topic, 400, protocol="consumer") == expected  # KIP-848
 
     # auto-creation through the worker that does not write the metadata
     auto = "auto-created-topic"
-    p = Producer(producer_conf(w1))  # a producer's Metadata asks for auto-creation
-    wait_for(lambda: p.list_topics(auto, timeout=5).topics[auto].error is None, timeout=20,
+    asker = Producer(producer_conf(w1))  # a producer's Metadata asks for auto-creation
+    wait_for(lambda: asker.list_topics(auto, timeout=5).topics[auto].error is None, timeout=20,
              message="auto-created topic")
     assert auto in admin(w0).list_topics(timeout=10).topics
-    del p
 
     # restart: the data stays, each partition with its worker
     broker.stop()
@@ -91,7 +96,7 @@ def test_topics_partitions_and_groups_are_split_between_two_workers(sharebroker_
     broker.start()
     w0, w1 = _bootstraps(broker)
     assert _leaders(w0, topic) == leaders
-    assert _consume_all(w0, topic, 400) == got
+    assert _consume_all(w0, topic, 400) == expected
 
 
 def test_share_consumers_get_each_record_once_from_partitions_of_both_workers(sharebroker_factory: Any) -> None:
