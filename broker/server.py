@@ -165,8 +165,10 @@ class Broker:
     async def start(self) -> None:
         t0 = time.perf_counter()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        if self.workers is None:  # (the supervisor holds it for its workers)
+        if self.workers is None:
             self._dir_lock.acquire()  # before any other file of the directory is touched
+        else:  # the supervisor holds the lock; worker 0 opens the directory first
+            await self.workers.wait_for_worker_0()
         try:
             self.features.load(new_directory=not (self.log_dir / METADATA_FILE).exists())
             notes = self.topics.open(now_ms())

@@ -39,6 +39,7 @@ class WorkerIdentity:
     ports: tuple[int, ...]  # advertised port of each worker
     listen_fds: tuple[int, ...]  # the bound listening sockets the supervisor handed down
     clean: bool  # the supervisor found the clean-shutdown marker
+    after: str = ""  # a file that appears once worker 0 serves (the others start their imports meanwhile)
 
     @property
     def node_id(self) -> int:
@@ -56,7 +57,7 @@ class WorkerIdentity:
     def to_env(self) -> str:
         return json.dumps({"index": self.index, "count": self.count, "node_ids": list(self.node_ids),
                            "host": self.host, "ports": list(self.ports), "listen_fds": list(self.listen_fds),
-                           "clean": self.clean})
+                           "clean": self.clean, "after": self.after})
 
     @classmethod
     def from_env(cls) -> WorkerIdentity | None:
@@ -65,4 +66,5 @@ class WorkerIdentity:
             return None
         d = json.loads(raw)
         return cls(int(d["index"]), int(d["count"]), tuple(int(n) for n in d["node_ids"]), str(d["host"]),
-                   tuple(int(p) for p in d["ports"]), tuple(int(f) for f in d["listen_fds"]), bool(d["clean"]))
+                   tuple(int(p) for p in d["ports"]), tuple(int(f) for f in d["listen_fds"]), bool(d["clean"]),
+                   str(d.get("after", "")))

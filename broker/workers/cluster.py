@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import socket
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +83,17 @@ class WorkerCluster:
         topics.writable = self.identity.index == 0
         topics.logs.shared_clean = self.identity.clean
         return RoutingPersister(local, self.identity, self.peers)
+
+    async def wait_for_worker_0(self, timeout_s: float = 120.0) -> None:
+        """Workers other than 0 open the data directory once worker 0 serves: by then the
+        internal topics are in the metadata file."""
+        if not self.identity.after:
+            return
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(self.identity.after):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker 0 did not start within {timeout_s:.0f} s")
+            await asyncio.sleep(0.01)
 
     def ensure_internal_topics(self) -> None:
         """Worker 0 creates the coordinators' topics before the others start (they only read the

@@ -2,7 +2,8 @@
 (worker i on the first listener's port + i, or a free port when that is 0), holds the data
 directory's lock and its clean-shutdown marker, and starts the workers as `sharebroker serve`
 processes with the same arguments, each handed its socket and its identity (SHAREBROKER_WORKER).
-Worker 0 starts first (it creates the internal topics the others then find). SIGTERM or SIGINT
+All start at once; the others open the data directory once worker 0 serves (it creates the
+internal topics they then find). SIGTERM or SIGINT
 stops every worker; a worker that dies stops the others and the supervisor exits 1: there is no
 half-alive broker. A plain blocking process: it serves no request itself."""
 
@@ -62,17 +63,15 @@ def supervise(config: BrokerConfig, serve_args: list[str], ready_file: Path | No
     procs: list[subprocess.Popen[bytes]] = []
     stopping = False
     try:
-        for batch in ([0], list(range(1, count))):  # worker 0 first: it creates the internal topics
-            ready = {}
-            for i in batch:
-                identity = WorkerIdentity(i, count, node_ids, host, ports, tuple(s.fileno() for s in sockets[i]), clean)
-                ready[i] = scratch / f"worker-{i}.ready"
-                args = [sys.executable, "-m", "sharebroker", "serve", *serve_args, "--ready-file", str(ready[i])]
-                procs.append(subprocess.Popen(args, pass_fds=identity.listen_fds,
-                                              env={**os.environ, ENV: identity.to_env()},
-                                              preexec_fn=_unblock_signals))
-            if not _wait_ready(procs, ready):
-                return _stop(procs, lock, marker, failed=True)
+        ready = {i: scratch / f"worker-{i}.ready" for i in range(count)}
+        for i in range(count):
+            identity = WorkerIdentity(i, count, node_ids, host, ports, tuple(s.fileno() for s in sockets[i]), clean,
+                                      after="" if i == 0 else str(ready[0]))
+            args = [sys.executable, "-m", "sharebroker", "serve", *serve_args, "--ready-file", str(ready[i])]
+            procs.append(subprocess.Popen(args, pass_fds=identity.listen_fds, env={**os.environ, ENV: identity.to_env()},
+                                          preexec_fn=_unblock_signals))
+        if not _wait_ready(procs, ready):
+            return _stop(procs, lock, marker, failed=True)
         for socks in sockets:  # the workers hold them now
             for sock in socks:
                 sock.close()
