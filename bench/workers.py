@@ -11,7 +11,9 @@ Besides the rates, each run reports the broker's CPU seconds over the timed phas
 process summed) per job or record: on a shared machine the rate follows whatever else runs, the
 CPU a job costs much less so.
 
-    python -m bench.workers [--workers 1,2] [--jobs 4000] [--jobs100 40000] [--backlog 100000] [--out DIR]
+    python -m bench.workers [--workers 1,2] [--jobs 4000] [--jobs100 40000] [--backlog 100000] [--runs 3] [--out DIR]
+
+Each figure is the median of --runs runs (min–max beside it), the worker counts alternating run by run.
 """
 
 from __future__ import annotations
@@ -168,6 +170,17 @@ def start_up(workers: int, runs: int = 3) -> dict[str, Any]:
             "processes": workers + (1 if workers > 1 else 0)}
 
 
+def _median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run with the median `key`, with the range of `key` and of the CPU figures over all runs."""
+    ordered = sorted(runs, key=lambda r: r[key])
+    out = dict(ordered[len(ordered) // 2])
+    out["runs"] = runs
+    out[f"{key}_range"] = (ordered[0][key], ordered[-1][key])
+    cpu = next(k for k in ("cpu_us_per_job", "cpu_us_per_record") if k in out)
+    out[f"{cpu}_range"] = (min(r[cpu] for r in runs), max(r[cpu] for r in runs))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", default="1,2")
@@ -175,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs100", type=int, default=40000, help="jobs drained with max.poll.records=100")
     ap.add_argument("--backlog", type=int, default=100_000, help="records of the share-consume backlog")
     ap.add_argument("--consumers", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None, help="write workers.json into this folder")
     args = ap.parse_args(argv)
     counts = [int(w) for w in args.workers.split(",")]
@@ -184,15 +198,27 @@ def main(argv: list[str] | None = None) -> None:
         print(f"workers={w}: start-up {r['start_up']['start_s']:.2f} s, idle RSS {r['start_up']['idle_rss_mb']:.0f} MB "
               f"({r['start_up']['processes']} processes)", flush=True)
     for label, n, max_poll in (("job_queue_mpr1", args.jobs, 1), ("job_queue_mpr100", args.jobs100, 100)):
+        runs: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
+        for _ in range(args.runs):
+            for w in counts:
+                runs[w].append(job_queue(w, n, args.consumers, max_poll))
         for w in counts:
-            res = results["by_workers"][str(w)][label] = job_queue(w, n, args.consumers, max_poll)
-            print(f"workers={w}: job queue max.poll.records={max_poll:<3} {res['jobs_per_s']:>8,} jobs/s "
-                  f"({n:,} jobs, {args.consumers} consumers, redelivered {res['redelivered']}), "
-                  f"broker CPU {res['cpu_us_per_job']} µs/job, RSS {res['rss_mb']:.0f} MB", flush=True)
+            res = results["by_workers"][str(w)][label] = _median_run(runs[w], "jobs_per_s")
+            lo, hi = res["jobs_per_s_range"]
+            clo, chi = res["cpu_us_per_job_range"]
+            print(f"workers={w}: job queue max.poll.records={max_poll:<3} {res['jobs_per_s']:>8,} jobs/s ({lo:,}–{hi:,}; "
+                  f"{n:,} jobs, {args.consumers} consumers, redelivered {res['redelivered']}), "
+                  f"broker CPU {res['cpu_us_per_job']} µs/job ({clo}–{chi}), RSS {res['rss_mb']:.0f} MB", flush=True)
+    runs = {w: [] for w in counts}
+    for _ in range(args.runs):
+        for w in counts:
+            runs[w].append(share_backlog(w, args.backlog))
     for w in counts:
-        res = results["by_workers"][str(w)]["share_backlog"] = share_backlog(w, args.backlog)
-        print(f"workers={w}: share consume of {args.backlog:,} records {res['records_per_s']:>9,} rec/s, "
-              f"broker CPU {res['cpu_us_per_record']} µs/record, RSS {res['rss_mb']:.0f} MB", flush=True)
+        res = results["by_workers"][str(w)]["share_backlog"] = _median_run(runs[w], "records_per_s")
+        lo, hi = res["records_per_s_range"]
+        clo, chi = res["cpu_us_per_record_range"]
+        print(f"workers={w}: share consume of {args.backlog:,} records {res['records_per_s']:>9,} rec/s ({lo:,}–{hi:,}), "
+              f"broker CPU {res['cpu_us_per_record']} µs/record ({clo}–{chi}), RSS {res['rss_mb']:.0f} MB", flush=True)
     results["load_avg_after"] = os.getloadavg()
     print(f"load average before {results['load_avg'][0]:.1f}, after {results['load_avg_after'][0]:.1f} "
           f"on {results['cpus']} CPUs (shared: figures are under contention)")

@@ -219,14 +219,9 @@ class Connection:
         workers = self.broker.workers
         if workers is not None:  # worker.processes > 1: forwarded, refused or not this worker's
             try:
-                answered = await workers.gate(self, req, frame)
-            except ConnectionError:
+                answered = await workers.gate(req, frame)
+            except CloseConnection:
                 return None
-            except Exception as exc:  # worker 0 unreachable: the client retries
-                from sharebroker.protocol.errors import error_code_for
-
-                code, message = error_code_for(exc)
-                answered = workers.error_frame(req, code, message)
             if answered is not None:
                 return answered
         handler = HANDLERS[req.api_key]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.apis import error_response
+from sharebroker.broker.apis import CloseConnection, error_response
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.groups.group_log import OFFSETS_TOPIC
 from sharebroker.broker.share.leader import OffsetReset
@@ -36,9 +36,9 @@ from sharebroker.broker.workers import WorkerIdentity, owner_index
 from sharebroker.broker.workers.peer import Peer
 from sharebroker.broker.workers.persister import RoutingPersister
 from sharebroker.protocol.codec import DecodedRequest, encode_response
+from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sharebroker.broker.connection import Connection
     from sharebroker.broker.server import Broker
 
 log = get_logger("sharebroker.workers")
@@ -193,7 +193,7 @@ class WorkerCluster:
 
     # -- the gate ----------------------------------------------------------------------------------
 
-    async def gate(self, conn: Connection, req: DecodedRequest, frame: bytes | memoryview) -> bytes | None:
+    async def gate(self, req: DecodedRequest, frame: bytes | memoryview) -> bytes | None:
         """The response frame for a request this worker does not serve itself, or None to serve it."""
         key = req.api_key
         if key in _REFRESH:
@@ -215,19 +215,19 @@ class WorkerCluster:
             if key in (33, 44) and any(int(r.resource_type) in _BROKER_RESOURCES for r in req.body.resources):
                 return self._error(req, ErrorCode.invalid_request, f"Changing broker configs {UNSUPPORTED}.")
             if self.identity.index != 0:
-                answer = await self.peers[0].forward(bytes(frame))  # copied: the buffer is reused
+                try:
+                    answer = await self.peers[0].forward(bytes(frame))  # copied: the buffer is reused
+                except KafkaError as exc:  # worker 0 unreachable (stopping): the client retries
+                    return self._error(req, exc.code, exc.message)
                 self.refresh()
                 return answer
         return None
 
     def _error(self, req: DecodedRequest, code: ErrorCode, message: str) -> bytes:
         log.info("request refused in multi-worker mode", api_key=req.api_key, error=code.name, message=message)
-        return self.error_frame(req, code, message)
-
-    def error_frame(self, req: DecodedRequest, code: ErrorCode, message: str) -> bytes:
         resp = error_response(req, code, message)
-        if resp is None:
-            raise ConnectionError(message)
+        if resp is None:  # an API with nowhere to put an error: the connection is closed
+            raise CloseConnection(message)
         return encode_response(req.correlation_id, resp)
 
     def close(self) -> None:

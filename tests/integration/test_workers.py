@@ -91,7 +91,9 @@ def test_topics_partitions_and_groups_are_split_between_two_workers(sharebroker_
     assert auto in admin(w0).list_topics(timeout=10).topics
 
     # restart: the data stays, each partition with its worker
-    broker.stop()
+    pids = _started(broker)["pids"]
+    assert broker.stop() == 0  # SIGTERM to the supervisor stops every worker
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
     assert (broker.data_dir / ".kafka_cleanshutdown").exists()
     broker.start()
     w0, w1 = _bootstraps(broker)
