@@ -63,6 +63,16 @@ def rss_total_mb(root: int) -> float:
     return sum(rss_mb(pid) for pid in _pids(root))
 
 
+def pss_total_mb(root: int) -> float:
+    """Proportional set size summed: pages the forked workers share with the supervisor count once."""
+    total = 0
+    for pid in _pids(root):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1])
+    return total / 1024
+
+
 @contextmanager
 def fresh_broker(workers: int) -> Iterator[BrokerProcess]:
     tmp = Path(tempfile.mkdtemp(prefix="sharebroker-bench-workers-"))
@@ -160,14 +170,21 @@ def share_backlog(workers: int, n: int) -> dict[str, Any]:
 
 
 def start_up(workers: int, runs: int = 3) -> dict[str, Any]:
-    starts, rss = [], []
+    starts, restarts, rss, pss = [], [], [], []
     for _ in range(runs):
         with fresh_broker(workers) as b:
             starts.append(b.start_seconds)
             time.sleep(0.5)
             rss.append(rss_total_mb(b.proc.pid))
-    return {"start_s": round(sorted(starts)[len(starts) // 2], 3), "idle_rss_mb": round(sorted(rss)[len(rss) // 2], 1),
-            "processes": workers + (1 if workers > 1 else 0)}
+            pss.append(pss_total_mb(b.proc.pid))
+            b.restart()
+            restarts.append(b.start_seconds)
+
+    def median(values: list[float]) -> float:
+        return round(sorted(values)[len(values) // 2], 3)
+
+    return {"start_s": median(starts), "restart_s": median(restarts), "idle_rss_mb": median(rss),
+            "idle_pss_mb": median(pss), "processes": workers + (1 if workers > 1 else 0)}
 
 
 def _median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
@@ -195,8 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, Any] = {"load_avg": os.getloadavg(), "cpus": os.cpu_count(), "by_workers": {}}
     for w in counts:
         r = results["by_workers"][str(w)] = {"start_up": start_up(w)}
-        print(f"workers={w}: start-up {r['start_up']['start_s']:.2f} s, idle RSS {r['start_up']['idle_rss_mb']:.0f} MB "
-              f"({r['start_up']['processes']} processes)", flush=True)
+        su = r["start_up"]
+        print(f"workers={w}: start-up {su['start_s']:.2f} s (restart {su['restart_s']:.2f} s), idle RSS "
+              f"{su['idle_rss_mb']:.0f} MB, PSS {su['idle_pss_mb']:.0f} MB ({su['processes']} processes)", flush=True)
     for label, n, max_poll in (("job_queue_mpr1", args.jobs, 1), ("job_queue_mpr100", args.jobs100, 100)):
         runs: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
         for _ in range(args.runs):

@@ -80,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
         from sharebroker.broker.workers.supervisor import supervise
 
         try:
-            return supervise(config, args.command_args, Path(args.ready_file) if args.ready_file else None)
+            return supervise(config, Path(args.ready_file) if args.ready_file else None)
         except (ConfigError, OSError) as exc:
             log.error("cannot start", error=str(exc))
             print(f"sharebroker: cannot start: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """The supervisor of `worker.processes` > 1 (experimental): binds one listening socket per worker
 (worker i on the first listener's port + i, or a free port when that is 0), holds the data
-directory's lock and its clean-shutdown marker, and starts the workers as `sharebroker serve`
-processes with the same arguments, each handed its socket and its identity (SHAREBROKER_WORKER).
+directory's lock and its clean-shutdown marker, and forks the workers from itself once the broker's
+modules are imported (a worker starts without importing anything again, and shares those pages
+until it writes them), each with its socket and its identity (SHAREBROKER_WORKER).
 All start at once; the others open the data directory once worker 0 serves (it creates the
 internal topics they then find). SIGTERM or SIGINT
 stops every worker; a worker that dies stops the others and the supervisor exits 1: there is no
@@ -12,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import subprocess
+import socket
 import sys
 import tempfile
 import time
@@ -40,10 +41,65 @@ def _check(config: BrokerConfig) -> None:
         raise ConfigError("worker.processes", "worker.processes > 1 does not support authorizer.class.name")
 
 
-def supervise(config: BrokerConfig, serve_args: list[str], ready_file: Path | None) -> int:
+class _Worker:
+    """A forked worker process, waited for like a subprocess."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker {self.pid} still running")
+            signal.sigtimedwait({signal.SIGCHLD}, 0.05)
+        return code
+
+
+def _fork_worker(config: BrokerConfig, identity: WorkerIdentity, ready: Path,
+                 others: list[socket.socket]) -> _Worker:
+    pid = os.fork()
+    if pid:
+        return _Worker(pid)
+    code = 1
+    try:  # the worker: never returns into the supervisor
+        _unblock_signals()
+        for sock in others:
+            sock.close()
+        os.environ[ENV] = identity.to_env()
+        import uvloop
+
+        from sharebroker.broker.server import run
+
+        uvloop.run(run(config, ready_file=ready))
+        code = 0
+    except BaseException:  # noqa: BLE001 - said, then the supervisor sees the exit code
+        log.exception("worker failed", worker=identity.index)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def supervise(config: BrokerConfig, ready_file: Path | None) -> int:
     """Run the workers until SIGTERM/SIGINT (exit 0) or until one dies (exit 1)."""
     _check(config)
     t0 = time.perf_counter()
+    import uvloop  # noqa: F401 - imported once here, for every worker forked below
+
+    import sharebroker.broker.server  # noqa: F401
     count = config["worker.processes"]
     listener = config.listeners[0]
     advertised = {adv.name: adv for adv in config.advertised_listeners}.get(listener.name, listener)
@@ -60,16 +116,15 @@ def supervise(config: BrokerConfig, serve_args: list[str], ready_file: Path | No
     marker.unlink(missing_ok=True)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD})
     scratch = Path(tempfile.mkdtemp(prefix="sharebroker-workers-"))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[_Worker] = []
     stopping = False
     try:
         ready = {i: scratch / f"worker-{i}.ready" for i in range(count)}
         for i in range(count):
             identity = WorkerIdentity(i, count, node_ids, host, ports, tuple(s.fileno() for s in sockets[i]), clean,
                                       after="" if i == 0 else str(ready[0]))
-            args = [sys.executable, "-m", "sharebroker", "serve", *serve_args, "--ready-file", str(ready[i])]
-            procs.append(subprocess.Popen(args, pass_fds=identity.listen_fds, env={**os.environ, ENV: identity.to_env()},
-                                          preexec_fn=_unblock_signals))
+            others = [sock for j, socks in enumerate(sockets) if j != i for sock in socks]
+            procs.append(_fork_worker(config, identity, ready[i], others))
         if not _wait_ready(procs, ready):
             return _stop(procs, lock, marker, failed=True)
         for socks in sockets:  # the workers hold them now
@@ -94,21 +149,20 @@ def supervise(config: BrokerConfig, serve_args: list[str], ready_file: Path | No
     finally:
         if not stopping:
             for p in procs:
-                if p.poll() is None:
-                    p.kill()
+                p.send_signal(signal.SIGKILL)
         for f in scratch.iterdir():
             f.unlink()
         scratch.rmdir()
 
 
 def _unblock_signals() -> None:
-    """In the worker, before exec: default signals, and SIGTERM when the supervisor dies (even by
+    """In the worker: default signals, and SIGTERM when the supervisor dies (even by
     SIGKILL), so no worker outlives it."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD})
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _wait_ready(procs: list[subprocess.Popen[bytes]], ready: dict[int, Path], timeout: float = 120.0) -> bool:
+def _wait_ready(procs: list[_Worker], ready: dict[int, Path], timeout: float = 120.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(path.exists() for path in ready.values()):
@@ -121,18 +175,17 @@ def _wait_ready(procs: list[subprocess.Popen[bytes]], ready: dict[int, Path], ti
     return False
 
 
-def _stop(procs: list[subprocess.Popen[bytes]], lock: LogDirLock, marker: Path, *, failed: bool) -> int:
+def _stop(procs: list[_Worker], lock: LogDirLock, marker: Path, *, failed: bool) -> int:
     for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+        p.send_signal(signal.SIGTERM)
     codes = []
     deadline = time.monotonic() + _STOP_TIMEOUT_S
     for p in procs:
         try:
             codes.append(p.wait(max(0.1, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append(p.wait())
+        except TimeoutError:
+            p.send_signal(signal.SIGKILL)
+            codes.append(p.wait(_STOP_TIMEOUT_S))
     if not failed and all(code == 0 for code in codes):  # every worker closed its logs cleanly
         write_atomic(marker, b'{"version":0,"brokerEpoch":-1}')
     lock.release()
