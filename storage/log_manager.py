@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import re
@@ -237,20 +238,28 @@ class LogManager:
         self.write_log_start_offsets()
 
     def write_log_start_offsets(self) -> None:
-        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, {k: log.log_start_offset for k, log in self._logs.items()})
+        self.write_checkpoint(LOG_START_OFFSET_CHECKPOINT, {k: log.log_start_offset for k, log in self._logs.items()})
 
     def write_recovery_points(self) -> None:
-        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, {k: log.recovery_point for k, log in self._logs.items()})
+        self.write_checkpoint(RECOVERY_POINT_CHECKPOINT, {k: log.recovery_point for k, log in self._logs.items()})
 
-    def _write_checkpoint(self, name: str, entries: dict[tuple[str, int], int]) -> None:
+    def write_checkpoint(self, name: str, entries: dict[tuple[str, int], int]) -> None:
+        """Write a directory-level offset checkpoint file. With several workers, under a lock on
+        the directory: the file is read, this worker's entries replaced, the others' kept."""
         owns = self.owns
-        if owns is not None:  # the other workers' entries stay (a lost race only means more recovery)
+        if owns is None:
+            write_offset_checkpoint(self.log_dir / name, entries)
+            return
+        fd = os.open(self.log_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 kept = read_offset_checkpoint(self.log_dir / name)
-            except (CheckpointError, UnicodeDecodeError, OSError):
+            except (CheckpointError, UnicodeDecodeError):
                 kept = {}
-            entries = {**{k: v for k, v in kept.items() if not owns(*k)}, **entries}
-        write_offset_checkpoint(self.log_dir / name, entries)
+            write_offset_checkpoint(self.log_dir / name, {**{k: v for k, v in kept.items() if not owns(*k)}, **entries})
+        finally:
+            os.close(fd)  # (releases the lock)
 
     def checkpoint(self) -> None:
         """Write both checkpoint files from the logs' current state (atomically)."""

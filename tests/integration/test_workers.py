@@ -4,18 +4,29 @@ split between the workers; the clients route to each as to the brokers of a clus
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
+import uuid
 from collections import Counter
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import NewPartitions
+from kio.schema.errors import ErrorCode
 
 from sharebroker.testing import wait_for
 from tests.integration.clients import admin, consumer_conf, create_topic, producer_conf
-from tests.integration.share_helpers import FAST_SHARE_BROKER, new_group, poll_once, set_earliest, share_consumer
+from tests.integration import rawkafka as rk
+from tests.integration.share_helpers import (
+    FAST_SHARE_BROKER,
+    heartbeat_request,
+    new_group,
+    poll_once,
+    set_earliest,
+    share_consumer,
+)
 
 pytestmark = pytest.mark.needs_own_broker("starts multi-worker brokers of its own")
 
@@ -95,6 +106,10 @@ def test_topics_partitions_and_groups_are_split_between_two_workers(sharebroker_
     assert broker.stop() == 0  # SIGTERM to the supervisor stops every worker
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
     assert (broker.data_dir / ".kafka_cleanshutdown").exists()
+    # both workers' partitions are in the one checkpoint file, as in Kafka's layout
+    checkpoint = (broker.data_dir / "recovery-point-offset-checkpoint").read_text().split("\n")
+    assert {(line.split()[0], line.split()[1]) for line in checkpoint[2:] if line.startswith(topic)} == {
+        (topic, str(p)) for p in range(4)}
     broker.start()
     w0, w1 = _bootstraps(broker)
     assert _leaders(w0, topic) == leaders
@@ -152,7 +167,21 @@ def test_what_multi_worker_mode_does_not_do_fails_clearly(sharebroker_factory: A
     refused = {e["message"] for e in broker.log_events("request refused in multi-worker mode")}
     assert {"DeleteTopics is not supported with worker.processes > 1 (experimental multi-worker mode).",
             "CreatePartitions is not supported with worker.processes > 1 (experimental multi-worker mode)."} <= refused
-    assert len(_leaders(w0, "kept")) == 2
+    leaders = _leaders(w0, "kept")
+    assert len(leaders) == 2
+
+    # misrouted requests: the partition's leader and the group's coordinator are named, as in a cluster
+    elsewhere = next(p for p, node in leaders.items() if node == 2)
+    with rk.RawClient(w0) as raw:
+        answer = rk.produce(raw, "kept", elsewhere, rk.encode_batch([rk.Rec(b"x")]))
+    assert answer.error_code == ErrorCode.not_leader_or_follower
+    group = new_group()
+    codes = []
+    for bootstrap in (w0, w1):
+        with rk.RawClient(bootstrap) as raw:
+            member = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            codes.append(raw.request(heartbeat_request(group, member, 0, topics=["kept"])).error_code)
+    assert sorted(codes, key=lambda c: c == ErrorCode.not_coordinator) == [ErrorCode.none, ErrorCode.not_coordinator]
 
 
 def test_a_worker_that_dies_stops_the_broker(sharebroker_factory: Any) -> None:
