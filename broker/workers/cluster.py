@@ -53,7 +53,9 @@ _REFUSED = {
 _FORWARDED = frozenset({19, 22, 33, 44})  # CreateTopics, InitProducerId, AlterConfigs, IncrementalAlterConfigs
 _BROKER_RESOURCES = frozenset({4, 8})  # BROKER, BROKER_LOGGER: one worker's settings only
 # Requests after which this worker should see what worker 0 wrote (one stat of each file otherwise).
-_REFRESH = frozenset({3, 11, 68, 76})  # Metadata, JoinGroup, ConsumerGroupHeartbeat, ShareGroupHeartbeat
+# Metadata, JoinGroup, ConsumerGroupHeartbeat, ShareGroupHeartbeat; and the share-state RPCs that
+# start a share partition (Initialize, Read, ReadSummary), which may name a topic created a moment ago.
+_REFRESH = frozenset({3, 11, 68, 76, 83, 84, 87})
 # API key -> the group ids of a request (the coordinator must own each of them)
 _GROUP_IDS: dict[int, Any] = {
     8: lambda b, v: [b.group_id], 11: lambda b, v: [b.group_id], 12: lambda b, v: [b.group_id],
