@@ -217,6 +217,14 @@ class Connection:
             self._last = (req.api_key, req.api_version)
         if self.client_id is None and req.client_id is not None:
             self.client_id = req.client_id
+        workers = self.broker.workers
+        if workers is not None:  # worker.processes > 1: forwarded, refused or not this worker's
+            try:
+                answered = await workers.gate(req, frame)
+            except CloseConnection:
+                return None
+            if answered is not None:
+                return answered
         handler = HANDLERS[req.api_key]
         quotas = self.broker.quotas
         throttled = quotas.active and req.api_key not in _QUOTA_EXEMPT

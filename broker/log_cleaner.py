@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
+from sharebroker.broker.topics import is_remote
 from sharebroker.storage.cleaner import CleaningAborted, CleanResult, CleanTask, run_in_worker, worker_init
-from sharebroker.storage.files import CheckpointError, fsync_dir, read_offset_checkpoint, write_offset_checkpoint
+from sharebroker.storage.files import CheckpointError, fsync_dir, read_offset_checkpoint
 
 if TYPE_CHECKING:
     from sharebroker.broker.topics import Partition, Topics
@@ -144,7 +145,8 @@ class LogCleaner:
     def grab_filthiest(self, now: int) -> LogToClean | None:
         best: LogToClean | None = None
         # Per topic first: a broker of 100,000 partitions without compacted topics spends nothing here.
-        compacted = [p for t in list(self.topics.by_name.values()) if t.config.compact for p in t.partitions]
+        compacted = [p for t in list(self.topics.by_name.values()) if t.config.compact for p in t.partitions
+                     if not is_remote(p)]  # (another worker's, with worker.processes > 1)
         for p in compacted:
             key = (p.topic.name, p.index)
             if not p.log.config.compacts or key in self.in_progress or key in self.uncleanable or p.log.closed:
@@ -269,7 +271,7 @@ class LogCleaner:
     async def _write_checkpoint(self) -> None:
         live = {(p.topic.name, p.index) for p in self.topics.all_partitions()}
         self.checkpoints = {k: v for k, v in self.checkpoints.items() if k in live}
-        await asyncio.to_thread(write_offset_checkpoint, self.checkpoint_path, dict(self.checkpoints))
+        await asyncio.to_thread(self.topics.logs.write_checkpoint, CLEANER_CHECKPOINT, dict(self.checkpoints))
 
 
 def _fsync_dir_if_present(path: Path) -> None:

@@ -47,6 +47,8 @@ from sharebroker.broker.share_state.coordinator import ShareCoordinator
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.topics import Partition, Topics
 from sharebroker.broker.transactions.coordinator import TransactionCoordinator
+from sharebroker.broker.workers import WorkerIdentity
+from sharebroker.broker.workers.cluster import WorkerCluster
 from sharebroker.config import BrokerConfig
 
 log = get_logger("sharebroker.server")
@@ -64,12 +66,20 @@ class Broker:
         self.clock: Clock = clock if clock is not None else LoopClock()
         self._dir_lock = LogDirLock(self.log_dir)
         self.topics = Topics(config, self.log_dir)
+        # worker.processes > 1 (experimental): this process is one worker of several (broker/workers).
+        self.workers: WorkerCluster | None = None
+        identity = WorkerIdentity.from_env() if config["worker.processes"] > 1 else None
+        if identity is not None:
+            self.node_id = identity.node_id
+            self.workers = WorkerCluster(self, identity)
         self.scram_credentials = ScramCredentials(self.log_dir)  # SCRAM users (AlterUserScramCredentials)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])  # KIP-227
         # The owners are built from the seams they use, not from the broker: internal topics for
         # the coordinators' logs, the persister for share state, this broker as the group directory.
         internal = InternalTopics(self.topics, self)
         self.share_persister = ShareCoordinator(config, self.topics, internal)
+        if self.workers is not None:
+            self.share_persister = self.workers.attach(self.share_persister)
         self.group_log = GroupLog(internal, num_partitions=config["offsets.topic.num.partitions"])
         self.share_groups = ShareGroupCoordinator(config, self.log_dir, self.clock, self.topics, self.group_log,
                                                   self.share_persister, groups=self)
@@ -82,6 +92,8 @@ class Broker:
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,
                                      max_sessions=config["group.share.max.share.sessions"],
                                      dead_letters=DeadLetters(self))
+        if self.workers is not None:
+            self.share.settings = self.workers.fresh_settings(self.share_groups)
         self.share_groups.share_dlq_supported = lambda: self.features.share_dlq_supported
         self.share_groups.leaders = self.share
         # Metrics only when metrics.listener is set: otherwise every hook is the null recorder's no-op.
@@ -153,7 +165,10 @@ class Broker:
     async def start(self) -> None:
         t0 = time.perf_counter()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._dir_lock.acquire()  # before any other file of the directory is touched
+        if self.workers is None:
+            self._dir_lock.acquire()  # before any other file of the directory is touched
+        else:  # the supervisor holds the lock; worker 0 opens the directory first
+            await self.workers.wait_for_worker_0()
         try:
             self.features.load(new_directory=not (self.log_dir / METADATA_FILE).exists())
             notes = self.topics.open(now_ms())
@@ -173,11 +188,14 @@ class Broker:
             for coordinator in coordinators:
                 coordinator.finish_load()
             self.transactions.load()
+            if self.workers is not None:
+                self.workers.ensure_internal_topics()
         except BaseException:
             # Out of descriptors half-way, typically: give them back so the caller can say what the
             # data directory needs (and so nothing of a failed start stays open in-process).
             self.topics.logs.close_files()
-            self._dir_lock.release()
+            if self.workers is None:
+                self._dir_lock.release()
             raise
         self.flusher = Flusher()
         self.flusher.start()
@@ -252,12 +270,18 @@ class Broker:
                                                          tls=ctx is not None,
                                                          peer=_peer_of(sock) if ctx is not None else "?"))
 
-            acceptor = Acceptor(listener.name, bind(listener.host or None, listener.port), connected)
+            if self.workers is not None:  # the supervisor bound it
+                socks = self.workers.listening_sockets()
+            else:
+                socks = bind(listener.host or None, listener.port)
+            acceptor = Acceptor(listener.name, socks, connected)
             self._acceptors.append(acceptor)
             port = acceptor.sockets[0].getsockname()[1]
             self._bound[listener.name] = (listener.host, port)
             adv = advertised.get(listener.name, listener)
             self._endpoints[listener.name] = (adv.host or listener.host or "127.0.0.1", adv.port or port)
+            if self.workers is not None:
+                self._endpoints[listener.name] = self.workers.identity.endpoint(self.workers.identity.index)
         for acceptor in self._acceptors:
             acceptor.start()
         self.port = self._bound[self.config.listeners[0].name][1]
@@ -399,7 +423,10 @@ class Broker:
         if self.flusher is not None:
             await self.flusher.stop()
         self.topics.close()
-        self._dir_lock.release()
+        if self.workers is not None:
+            self.workers.close()
+        else:
+            self._dir_lock.release()
         log.info("broker stopped")
 
     # -- topic changes other owners must hear about ----------------------------------------------
@@ -493,6 +520,8 @@ class Broker:
         self._timers.append(loop.create_task(self._every(max(100, min(idle_ms // 4, 30_000)), self._close_idle)))
         for jwks in self._jwks:
             self._timers.append(loop.create_task(self._refresh_jwks(jwks)))
+        if self.workers is not None:  # what worker 0 changed, for groups this worker coordinates
+            self._timers.append(loop.create_task(self._every(250, self.workers.refresh)))
 
     async def _refresh_jwks(self, jwks: JwksValidator) -> None:
         """Fetch an OAUTHBEARER key set again every refresh.ms, or soon when a token named an unknown

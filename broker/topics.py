@@ -4,10 +4,12 @@ and of the partition logs (storage's LogManager). Everything else looks topics u
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -78,6 +80,24 @@ class Topic:
         return self.name in INTERNAL_TOPICS
 
 
+class RemoteLog:
+    """The log of a partition another worker leads (worker.processes > 1): any use of it is a
+    request that reached the wrong broker, answered NOT_LEADER_OR_FOLLOWER so the client refreshes
+    its metadata and goes to the leader."""
+
+    __slots__ = ("leader",)
+
+    def __init__(self, leader: int) -> None:
+        self.leader = leader
+
+    def __getattr__(self, name: str) -> Any:
+        raise KafkaError(ErrorCode.not_leader_or_follower, f"This partition is led by node {self.leader}.")
+
+
+def is_remote(partition: Partition) -> bool:
+    return type(partition.log) is RemoteLog  # noqa: E721 - RemoteLog answers every attribute
+
+
 def log_config(tc: TopicConfig) -> LogConfig:
     return LogConfig.from_topic_config(tc)
 
@@ -95,6 +115,12 @@ class Topics:
         # Moves on every creation, deletion and partition addition: watchers (the consumer group
         # sweep) compare it instead of fingerprinting every topic ten times a second.
         self.version = 0
+        # worker.processes > 1: which partitions this worker leads (the others get a RemoteLog
+        # naming their leader's node), and whether it may write the metadata file (worker 0 only).
+        self.owns: Callable[[str, int], bool] | None = None
+        self.leader_of: Callable[[str, int], int] = lambda _t, _p: -1
+        self.writable = True
+        self._store_seen: tuple[int, int, int] | None = None
 
     @property
     def cluster_id(self) -> str:
@@ -110,7 +136,9 @@ class Topics:
             meta = metas.get(topic)
             return log_config(topic_config(self._config, meta.configs if meta else {}))
 
+        self.logs.owns = self.owns
         opened = self.logs.open_all(config_for, now_ms)
+        self._store_seen = self._store_signature()
         for (topic_name, index), plog in sorted(opened.items()):
             if topic_name not in metas or index >= metas[topic_name].partitions:
                 notes.append(f"{topic_name}-{index}: directory without topic metadata left untouched")
@@ -121,10 +149,57 @@ class Topics:
             topic = Topic(name, _as_uuid(meta.topic_id), dict(meta.configs), topic_config(self._config, meta.configs))
             lc = log_config(topic.config)
             for i in range(meta.partitions):
+                if self.owns is not None and not self.owns(name, i):
+                    topic.partitions.append(self._remote(topic, i))
+                    continue
                 plog = opened.get((name, i)) or self.logs.create(name, i, lc, now_ms=now_ms, topic_id=topic.topic_id)
                 topic.partitions.append(Partition(topic, i, plog, load_producers(Path(plog.path), plog)))
             self._index(topic)
         return notes
+
+    def _remote(self, topic: Topic, index: int) -> Partition:
+        return Partition(topic, index, cast(PartitionLog, RemoteLog(self.leader_of(topic.name, index))))
+
+    def _store_signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.store.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def reload(self, now_ms: int) -> bool:
+        """worker.processes > 1, on workers other than 0: take the topics worker 0 created, the
+        partitions it added and the topic configs it changed from the metadata file, when the file
+        changed (one stat otherwise). This worker opens the logs of the new partitions it leads."""
+        seen = self._store_signature()
+        if seen is None or seen == self._store_seen:
+            return False
+        self._store_seen = seen
+        self.store.load()
+        for name, meta in self.store.topics.items():
+            topic = self.by_name.get(name)
+            if topic is None or topic.topic_id != _as_uuid(meta.topic_id):
+                topic = Topic(name, _as_uuid(meta.topic_id), dict(meta.configs), topic_config(self._config, meta.configs))
+                self._extend(topic, meta.partitions, now_ms)
+                self._index(topic)
+                log.info("topic appeared", topic=name, partitions=meta.partitions, topic_id=str(topic.topic_id))
+                continue
+            if meta.partitions > len(topic.partitions):
+                self._extend(topic, meta.partitions, now_ms)
+                self.version += 1
+            if dict(meta.configs) != topic.overrides:
+                topic.overrides = dict(meta.configs)
+                self.refresh_config(topic)
+        return True
+
+    def _extend(self, topic: Topic, total: int, now_ms: int) -> None:
+        lc = log_config(topic.config)
+        for i in range(len(topic.partitions), total):
+            if self.owns is not None and not self.owns(topic.name, i):
+                topic.partitions.append(self._remote(topic, i))
+            else:
+                topic.partitions.append(Partition(topic, i, self.logs.create(topic.name, i, lc, now_ms=now_ms,
+                                                                             topic_id=topic.topic_id)))
 
     def _apply_dynamic_broker_configs(self) -> list[str]:
         """Runtime broker config changes persist with the metadata; apply them before any log opens."""
@@ -170,6 +245,8 @@ class Topics:
         """Create a topic: its partition logs first, then the metadata write that commits it. A
         failure (out of descriptors or space) removes the logs made so far, so nothing of the topic
         is left on disk or in memory and the name can be used again; KafkaError(KAFKA_STORAGE_ERROR)."""
+        if not self.writable:  # worker.processes > 1: worker 0 writes the metadata (the gate forwards to it)
+            raise KafkaError(ErrorCode.not_controller, "Topics are created by worker 0.")
         config = topic_config(self._config, overrides)  # invalid settings fail before anything is stored
         topic_id = random_kafka_uuid()
         while topic_id in self.by_id or topic_id in self.store.by_id:
@@ -191,6 +268,9 @@ class Topics:
         try:
             lc = log_config(topic.config)
             for i in range(start, end):
+                if self.owns is not None and not self.owns(topic.name, i):
+                    created.append(self._remote(topic, i))
+                    continue
                 created.append(Partition(topic, i, self.logs.create(topic.name, i, lc, now_ms=now_ms,
                                                                     topic_id=topic.topic_id)))
         except OSError as exc:
@@ -201,6 +281,8 @@ class Topics:
 
     def _discard_logs(self, partitions: list[Partition]) -> None:
         for p in partitions:
+            if is_remote(p):
+                continue
             try:
                 self.logs.discard(p.topic.name, p.index)
             except OSError as exc:  # the first error is the one the client hears; this one is logged
@@ -252,10 +334,14 @@ class Topics:
             t.config = topic_config(self._config, t.overrides)
             lc = log_config(t.config)
             for p in t.partitions:
-                p.log.config = lc
+                if not is_remote(p):
+                    p.log.config = lc
 
     def all_partitions(self) -> list[Partition]:
-        return [p for t in self.by_name.values() for p in t.partitions]
+        """The partitions this broker leads (all of them but with worker.processes > 1)."""
+        if self.owns is None:
+            return [p for t in self.by_name.values() for p in t.partitions]
+        return [p for t in self.by_name.values() for p in t.partitions if not is_remote(p)]
 
     def snapshot_producers(self, partition: Partition) -> None:
         if partition.producers.entries:

@@ -33,6 +33,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--admin-ui-write", action="store_true",
                    help="let the live view on the metrics listener reset and delete empty groups "
                         "(admin.ui.write.enable; read-only by default)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="experimental: serve from N worker processes (worker.processes; see README 'More than one core')")
     p.add_argument("--ready-file", metavar="FILE", help="write host:port here once listening (for tests and scripts)")
 
 
@@ -62,6 +64,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["node.id"] = str(args.node_id)
     if args.fsync:
         overrides["log.flush.interval.messages"] = "1"
+    if args.workers is not None:
+        overrides["worker.processes"] = str(args.workers)
     try:
         config = BrokerConfig.load(args.config, os.environ, overrides)
     except ConfigError as exc:
@@ -71,6 +75,16 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"sharebroker: cannot read configuration: {exc}", file=sys.stderr)
         return 2
+
+    if config["worker.processes"] > 1 and not os.environ.get("SHAREBROKER_WORKER"):
+        from sharebroker.broker.workers.supervisor import supervise
+
+        try:
+            return supervise(config, Path(args.ready_file) if args.ready_file else None)
+        except (ConfigError, OSError) as exc:
+            log.error("cannot start", error=str(exc))
+            print(f"sharebroker: cannot start: {exc}", file=sys.stderr)
+            return 1 if isinstance(exc, OSError) else 2
 
     from sharebroker.broker.server import run
 

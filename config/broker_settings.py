@@ -92,6 +92,10 @@ def _broker_defs() -> list[ConfigDef]:
         d("admin.ui.write.enable", "boolean", False, "sharebroker only: let the live view on the metrics.listener "
           "endpoint reset share-group offsets and delete groups (with the CLI's rules: empty groups only). Off by "
           "default: the view is read-only."),
+        d("worker.processes", "int", 1, "sharebroker only, experimental: serve from this many worker processes, each "
+          "a broker of its own (node.id + i, listening on the first listener's port + i) owning some partitions and "
+          "group coordinators, behind one supervisor. 1 (the default): one process, as always. See README "
+          "'More than one core'.", Between(1, 16)),
         d("process.roles", "list", (), "The roles of this node (broker, controller)." + _COMPAT, ListOf("broker", "controller")),
         d("controller.quorum.voters", "list", (), "KRaft controller voters." + _COMPAT),
         d("controller.quorum.bootstrap.servers", "list", (), "KRaft controller bootstrap servers." + _COMPAT),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,13 +91,25 @@ def _partition_struct(version: int) -> struct.Struct:
     return struct.Struct(layout)
 
 
+def _led_partition(pack: Callable[..., bytes], version: int, p: PartitionLike, node: int) -> bytes:
+    if version >= _FLEXIBLE:
+        return pack(0, p.index, node, p.leader_epoch, 2, node, 2, node, 1, 0)
+    if version >= 7:
+        return pack(0, p.index, node, p.leader_epoch, 1, node, 1, node, 0)
+    if version >= 5:
+        return pack(0, p.index, node, 1, node, 1, node, 0)
+    return pack(0, p.index, node, 1, node, 1, node)
+
+
 def encode_metadata_response(correlation_id: int, version: int, *, brokers: Sequence[MetadataBroker],
                              cluster_id: str | None, controller_id: int, topics: Sequence[MetadataTopic],
                              node_id: int, cluster_authorized_operations: int = INT32_MIN,
-                             error_code: int = 0, throttle_time_ms: int = 0) -> list[bytearray]:
+                             error_code: int = 0, throttle_time_ms: int = 0,
+                             leader_of: Callable[[str | None, int], int] | None = None) -> list[bytearray]:
     """The whole response frame (size, header, body) as one buffer in a list (what a handler
     returns to be written as is). Partitions are led by `node_id`, the only replica, and carry no
-    error."""
+    error. With `leader_of` (several worker processes), each partition is led by the node it names.
+    """
     flexible = version >= _FLEXIBLE
     out = bytearray(_HEAD.pack(0, correlation_id))
     if flexible:
@@ -129,7 +141,9 @@ def encode_metadata_response(correlation_id: int, version: int, *, brokers: Sequ
         if version >= 1:
             out.append(1 if t.is_internal else 0)
         _count(out, len(t.partitions), flexible)
-        if flexible:
+        if leader_of is not None:
+            out += b"".join([_led_partition(pack, version, p, leader_of(t.name, p.index)) for p in t.partitions])
+        elif flexible:
             out += b"".join([pack(0, p.index, node_id, p.leader_epoch, 2, node_id, 2, node_id, 1, 0)
                              for p in t.partitions])
         elif version >= 5:

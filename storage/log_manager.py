@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import re
@@ -98,6 +99,11 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.clean_shutdown = False  # what open_all found
         self.report: list[str] = []  # directory-level notes (checkpoint problems, removed dirs)
+        # Several worker processes on one directory (worker.processes > 1): each opens only the
+        # partitions `owns` accepts, merges its entries into the shared checkpoint files, and
+        # leaves the clean-shutdown marker to the supervisor (`shared_clean` is what it found).
+        self.owns: Callable[[str, int], bool] | None = None
+        self.shared_clean: bool | None = None
 
     @property
     def logs(self) -> Mapping[tuple[str, int], PartitionLog]:
@@ -121,7 +127,7 @@ class LogManager:
         last stop was unclean: each log then recovers from its checkpointed recovery point."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         marker = self.log_dir / CLEAN_SHUTDOWN_FILE
-        self.clean_shutdown = marker.exists()
+        self.clean_shutdown = marker.exists() if self.shared_clean is None else self.shared_clean
         recovery = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
         starts = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
         topic_configs: dict[str, LogConfig] = {}  # one per topic, not per partition
@@ -135,7 +141,7 @@ class LogManager:
                 self.report.append(f"removed {entry.name}, a partition directory pending deletion")
                 continue
             key = parse_partition_dir(entry.name)
-            if key is None:
+            if key is None or (self.owns is not None and not self.owns(*key)):
                 continue
             path = Path(entry.path)
             config = topic_configs.get(key[0])
@@ -152,7 +158,7 @@ class LogManager:
                 log.recovery_report.append(str(exc))
             log.on_log_start_offset_change = self._log_start_offset_changed
             self._logs[key] = log
-        if self.clean_shutdown:
+        if self.clean_shutdown and self.shared_clean is None:
             marker.unlink()
             fsync_dir(self.log_dir)
         return dict(self._logs)
@@ -232,12 +238,28 @@ class LogManager:
         self.write_log_start_offsets()
 
     def write_log_start_offsets(self) -> None:
-        write_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT,
-                                {k: log.log_start_offset for k, log in self._logs.items()})
+        self.write_checkpoint(LOG_START_OFFSET_CHECKPOINT, {k: log.log_start_offset for k, log in self._logs.items()})
 
     def write_recovery_points(self) -> None:
-        write_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT,
-                                {k: log.recovery_point for k, log in self._logs.items()})
+        self.write_checkpoint(RECOVERY_POINT_CHECKPOINT, {k: log.recovery_point for k, log in self._logs.items()})
+
+    def write_checkpoint(self, name: str, entries: dict[tuple[str, int], int]) -> None:
+        """Write a directory-level offset checkpoint file. With several workers, under a lock on
+        the directory: the file is read, this worker's entries replaced, the others' kept."""
+        owns = self.owns
+        if owns is None:
+            write_offset_checkpoint(self.log_dir / name, entries)
+            return
+        fd = os.open(self.log_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                kept = read_offset_checkpoint(self.log_dir / name)
+            except (CheckpointError, UnicodeDecodeError):
+                kept = {}
+            write_offset_checkpoint(self.log_dir / name, {**{k: v for k, v in kept.items() if not owns(*k)}, **entries})
+        finally:
+            os.close(fd)  # (releases the lock)
 
     def checkpoint(self) -> None:
         """Write both checkpoint files from the logs' current state (atomically)."""
@@ -255,7 +277,8 @@ class LogManager:
         for log in list(self._logs.values()):
             log.close()
         self.checkpoint()
-        write_atomic(self.log_dir / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": -1}).encode())
+        if self.shared_clean is None:
+            write_atomic(self.log_dir / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": -1}).encode())
 
 
 __all__ = [

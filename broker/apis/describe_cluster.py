@@ -39,14 +39,16 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             "error_message": f"Unsupported endpoint type {endpoint_type}", "endpoint_type": endpoint_type,
             "cluster_id": broker.cluster_id, "controller_id": -1, "brokers": ()})
     host, port = broker.endpoint(conn.listener)
+    nodes = [(broker.node_id, host, port)] if broker.workers is None else broker.workers.brokers()
     return build(response_class(60, req.api_version), {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
         "endpoint_type": endpoint_type,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port,
-                     "rack": broker.config["broker.rack"], "is_fenced": False}],
+        "controller_id": nodes[0][0],
+        "brokers": [{"broker_id": node_id, "host": node_host, "port": node_port,
+                     "rack": broker.config["broker.rack"], "is_fenced": False}
+                    for node_id, node_host, node_port in nodes],
         "cluster_authorized_operations": _cluster_operations(broker, conn, body.include_cluster_authorized_operations),
     })

@@ -65,24 +65,31 @@ def _b64_uuid(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=raw)
 
 
+def _coordinator(broker: Broker, conn: Connection, key: str, key_type: int,
+                 version: int) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) of the coordinator of `key`."""
+    code, message = _resolve(broker, conn, key, key_type, version)
+    if code != ErrorCode.none:
+        return code, message, -1, "", -1
+    workers = broker.workers
+    if workers is None:
+        return (code, message, broker.node_id, *broker.endpoint(conn.listener))
+    return workers.coordinator_node(key, key_type)
+
+
 @api(10)
 async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     body = req.body
     v = req.api_version
     key_type = getattr(body, "key_type", GROUP)
     cls = response_class(10, v)
-    host, port = broker.endpoint(conn.listener)
     if v >= 4:
         coordinators = []
         for key in body.coordinator_keys:
-            code, message = _resolve(broker, conn, key, key_type, v)
-            ok = code == ErrorCode.none
-            coordinators.append({"key": key, "node_id": broker.node_id if ok else -1,
-                                 "host": host if ok else "", "port": port if ok else -1,
+            code, message, node_id, host, port = _coordinator(broker, conn, key, key_type, v)
+            coordinators.append({"key": key, "node_id": node_id, "host": host, "port": port,
                                  "error_code": code, "error_message": message})
         return build(cls, {"throttle_time": 0, "coordinators": coordinators})
-    code, message = _resolve(broker, conn, body.key, key_type, v)
-    ok = code == ErrorCode.none
+    code, message, node_id, host, port = _coordinator(broker, conn, body.key, key_type, v)
     return build(cls, {"throttle_time": 0, "error_code": code, "error_message": message,
-                       "node_id": broker.node_id if ok else -1, "host": host if ok else "",
-                       "port": port if ok else -1})
+                       "node_id": node_id, "host": host, "port": port})

@@ -144,7 +144,12 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
         entries = [topic_entry(t, include_ops, conn) for t in known]
     else:
         entries = await _requested_topics(broker, conn, v, requested, allow_auto, include_ops)
-    host, port = broker.endpoint(conn.listener)
+    workers = broker.workers
+    if workers is None:
+        host, port = broker.endpoint(conn.listener)
+        brokers = [MetadataBroker(broker.node_id, host, port, broker.config["broker.rack"])]
+    else:  # every worker is a broker; each partition is led by its owner
+        brokers = [MetadataBroker(node, host, port, broker.config["broker.rack"]) for node, host, port in workers.brokers()]
     cluster_ops = INT32_MIN
     if getattr(body, "include_cluster_authorized_operations", False):
         if az is None:
@@ -153,7 +158,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             cluster_ops = az.operations_bits(conn, ResourceType.CLUSTER, CLUSTER_NAME)
         else:
             cluster_ops = 0
-    return encode_metadata_response(req.correlation_id, v, brokers=[MetadataBroker(broker.node_id, host, port,
-                                                                                   broker.config["broker.rack"])],
-                                    cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=entries,
-                                    node_id=broker.node_id, cluster_authorized_operations=cluster_ops)
+    return encode_metadata_response(req.correlation_id, v, brokers=brokers, cluster_id=broker.cluster_id,
+                                    controller_id=brokers[0].node_id, topics=entries, node_id=broker.node_id,
+                                    cluster_authorized_operations=cluster_ops,
+                                    leader_of=None if workers is None else workers.leader_of)

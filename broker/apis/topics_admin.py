@@ -81,7 +81,10 @@ async def auto_create(broker: Broker, name: str) -> ErrorCode:
     pending = broker.topics.auto_creating
     if name not in pending:
         pending.add(name)
-        asyncio.get_running_loop().call_soon(_create_auto, broker, name)
+        if broker.workers is not None and not broker.topics.writable:  # worker 0 creates topics
+            broker.workers.auto_create(name)
+        else:
+            asyncio.get_running_loop().call_soon(_create_auto, broker, name)
     return ErrorCode.unknown_topic_or_partition
 
 

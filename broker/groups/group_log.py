@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sharebroker.broker.groups.records import offsets_partition
 from sharebroker.broker.internal_topics import InternalLog, read_records
 from sharebroker.broker.structured_log import get_logger
+from sharebroker.broker.topics import is_remote
 from sharebroker.protocol.primitives import Reader
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class GroupLog:
         count = 0
         placed: dict[str, int] = {}  # group id -> its partition: a group has several records
         for partition in topic.partitions:
+            if is_remote(partition):  # another worker's (worker.processes > 1)
+                continue
             still_open: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
             for off, key, value in read_records(partition.log, open_transactions=still_open):
                 try:
@@ -149,6 +152,8 @@ class GroupLog:
         if topic is None:
             return
         for partition in topic.partitions:
+            if is_remote(partition):
+                continue
             if not force and self._since_compaction.get(partition.index, 0) < _COMPACT_AFTER_RECORDS:
                 continue
             index = partition.index

@@ -34,6 +34,7 @@ from sharebroker.broker.share_state.store import (
     Summary,
 )
 from sharebroker.broker.structured_log import get_logger
+from sharebroker.broker.topics import is_remote
 from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
@@ -121,6 +122,8 @@ class ShareCoordinator:
         replayed = passed = 0
         n = self.num_partitions
         for partition in topic.partitions:
+            if is_remote(partition):  # another worker's (worker.processes > 1)
+                continue
             index = partition.index
             for off, key_bytes, value in read_records(partition.log):
                 try:
@@ -422,6 +425,8 @@ class ShareCoordinator:
                 keep(*misplaced)
                 keep(index, topic.partitions[index].log.log_start_offset)
         for partition in topic.partitions:
+            if is_remote(partition):
+                continue
             plog = partition.log
             target = floor.get(partition.index, plog.high_watermark)
             if target > plog.log_start_offset:

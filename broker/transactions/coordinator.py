@@ -24,6 +24,7 @@ from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.internal_topics import AppendDurability, InternalLog, read_records
 from sharebroker.broker.java_compat import partition_for_key
 from sharebroker.broker.structured_log import get_logger
+from sharebroker.broker.topics import is_remote
 from sharebroker.broker.transactions import records as trec
 from sharebroker.protocol.errors import KafkaError
 from sharebroker.protocol.record_batch import encode_marker, parse_batches
@@ -155,6 +156,8 @@ class TransactionCoordinator:
         if topic is None:
             return 0
         for partition in topic.partitions:
+            if is_remote(partition):  # another worker's (worker.processes > 1)
+                continue
             for offset, key, value in read_records(partition.log):
                 try:
                     txn_id = trec.decode_key(key)
