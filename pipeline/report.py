@@ -28,6 +28,7 @@ import heapq
 import json
 import shutil
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -45,6 +45,7 @@ from sharebroker.pipeline.analytics import (
     BATCH_FIELDS,
     INTERNAL_TOPICS,
     OFFSET_COLUMNS,
+    SHARE_STATE_TOPIC,
     RANGE_COLUMNS,
     RECORD_COLUMNS,
     STATE_COLUMNS,
@@ -61,17 +62,18 @@ from sharebroker.pipeline.analytics import (
     summarize_segment,
     topic_names,
 )
+from sharebroker.pipeline.report_source import ReportScanSource
 from sharebroker.pipeline.report_scan import (
     BATCH_TYPE,
+    Archived,
     OFFSETS_SCHEMA,
     RECORDS_SCHEMA,
     SEGMENTS_SCHEMA,
     STATE_SCHEMA,
     TABLES,
-    ReportScanSource,
     ipc_table,
+    read_share_state,
     summary_row,
-    topic_directory,
 )
 
 PREVIEW_BYTES = 64
@@ -87,9 +89,6 @@ SERIES_ROWS = 120  # throughput buckets listed in report.md; all are in throughp
 assert tuple(RECORDS_SCHEMA.names) == RECORD_COLUMNS and tuple(STATE_SCHEMA.names) == STATE_COLUMNS
 assert tuple(OFFSETS_SCHEMA.names) == OFFSET_COLUMNS and tuple(BATCH_TYPE.names) == BATCH_FIELDS
 
-ARCHIVED_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-                             ("offset", pa.int64()), ("delivery_count", pa.int32()), ("timestamp", pa.int64()),
-                             ("key", pa.binary()), ("value", pa.binary())])
 THROUGHPUT_SCHEMA = pa.schema([("topic", pa.string()), ("bucket_start", pa.int64()), ("count", pa.int64())])
 
 TopicPartition = tuple[str, int]
@@ -127,6 +126,9 @@ class ReportSummary:
     classic_lag: dict[GroupPartition, int] = field(default_factory=dict)  # log end - committed offset
     throughput_bucket_s: int = 1
     throughput: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # topic -> (bucket start s, records)
+    # The scan job: its wall time, and per task its segments, bytes, start (epoch s), wall and CPU s.
+    scan_s: float = 0.0
+    scan_tasks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def pack_tasks(segments: Sequence[Segment], tasks: int) -> list[list[Segment]]:
@@ -162,13 +164,13 @@ def _write_table(table: pa.Table, directory: Path) -> None:
     pq.write_table(table, directory / "part-00000.parquet")
 
 
-def _scan(spark: SparkSession, segments: list[Segment], output_dir: Path,
-          names: Mapping[str, str]) -> dict[str, pa.Table]:
+def _scan(spark: SparkSession, segments: list[Segment], output_dir: Path, archived: Archived) -> dict[str, pa.Table]:
     """The one Spark job: every segment read once, records/ written by the tasks, the small tables
     (report_scan.TABLES) back to the driver."""
     tasks = pack_tasks(segments, spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
     plan = json.dumps({"tasks": [[[s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id] for s in t]
-                                 for t in tasks], "names": dict(names)})
+                                 for t in tasks],
+                       "archived": [[t, p, [list(r) for r in ranges]] for (t, p), ranges in archived.items()]})
     spark.dataSource.register(ReportScanSource)
     rows = spark.read.format(ReportScanSource.name()).option("output", str(output_dir)).option("plan", plan) \
         .load().collect() if tasks else []
@@ -177,46 +179,6 @@ def _scan(spark: SparkSession, segments: list[Segment], output_dir: Path,
         parts[row["table"]].append(ipc_table(bytes(row["payload"])))
     return {name: pa.concat_tables(parts[name]) if parts[name] else schema.empty_table()
             for name, schema in TABLES.items()}
-
-
-def _archived_records(records_dir: Path, ranges: Sequence[tuple[str, str, int, int, int, int]]) -> pa.Table:
-    """The records of the archived (group, topic, partition, first, last, delivery count) ranges,
-    looked up in records/ with pyarrow: only the topics that have some, each read once, each range
-    found by binary search on (partition, offset)."""
-    by_topic: dict[str, list[tuple[str, str, int, int, int, int]]] = defaultdict(list)
-    for r in ranges:
-        by_topic[r[1]].append(r)
-    out: list[pa.Table] = []
-    for topic, rs in sorted(by_topic.items()):
-        directory = topic_directory(records_dir, topic)
-        if not directory.is_dir():
-            continue
-        tbl = pq.read_table(directory, columns=["partition", "offset", "timestamp", "key", "value"])
-        tbl = tbl.take(pc.sort_indices(tbl, [("partition", "ascending"), ("offset", "ascending")]))
-        part = tbl.column("partition").to_numpy()
-        offs = tbl.column("offset").to_numpy()
-        take: list[np.ndarray] = []
-        groups: list[str] = []
-        counts: list[int] = []
-        for group, _t, partition, lo, hi, count in rs:
-            p_lo, p_hi = np.searchsorted(part, partition, "left"), np.searchsorted(part, partition, "right")
-            i = p_lo + np.searchsorted(offs[p_lo:p_hi], lo, "left")
-            j = p_lo + np.searchsorted(offs[p_lo:p_hi], hi, "right")
-            if j > i:
-                take.append(np.arange(i, j))
-                groups += [group] * (j - i)
-                counts += [count] * (j - i)
-        if not take:
-            continue
-        rows = tbl.take(pa.array(np.concatenate(take)))
-        n = rows.num_rows
-        out.append(pa.Table.from_arrays([
-            pa.array(groups, pa.string()), pa.array([topic] * n, pa.string()), rows.column("partition"),
-            rows.column("offset"), pa.array(counts, pa.int32()), rows.column("timestamp"), rows.column("key"),
-            rows.column("value")], schema=ARCHIVED_SCHEMA))
-    table = pa.concat_tables(out) if out else ARCHIVED_SCHEMA.empty_table()
-    return table.sort_by([("group", "ascending"), ("topic", "ascending"), ("partition", "ascending"),
-                          ("offset", "ascending")])
 
 
 def preview(payload: bytes | None) -> str:
@@ -257,15 +219,40 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     charts_ready = threading.Thread(target=_import_pyplot, daemon=True)
     charts_ready.start()
 
-    # -- the one pass over the segments ---------------------------------------------------------
-    say("reading every segment once -> records/ (by topic), segments/, share_state/, consumer_offsets/")
+    # -- share-group state, replayed first: it names the archived records the scan picks out --
+    say("reading __share_group_state -> share_state/, share_state_ranges/; replaying it")
+    state, state_summaries = read_share_state([s for s in kinds.share_state if s.size > 0], names)
+    _write_table(state.drop_columns(["batches"]).append_column(
+        pa.field("ranges", pa.int32()), pc.list_value_length(state.column("batches")).cast(pa.int32())),
+        output_dir / "share_state")
+    keys = list(RANGE_COLUMNS[:6])  # what identifies a range's record: group .. log offset
+    per_range = pc.list_parent_indices(state.column("batches"))
+    ranges = pc.list_flatten(state.column("batches"))
+    _write_table(pa.Table.from_arrays(
+        [state.column(k).take(per_range) for k in keys] + [pc.struct_field(ranges, f) for f in BATCH_FIELDS],
+        names=list(RANGE_COLUMNS)), output_dir / "share_state_ranges")
+    replayed = sorted(replay_state(state.to_pylist()).items(), key=lambda kv: str(kv[0]))
+    # A deleted group or topic has no lag and nothing to deliver any more.
+    live = [(group, st.topic, partition, st) for (group, _tid, partition), st in replayed
+            if not st.deleted and st.topic is not None]
+    archived: dict[tuple[str, int], list[tuple[int, int, str, int]]] = defaultdict(list)
+    for group, topic, partition, st in live:
+        archived[(topic, partition)] += [(f, l_, group, count) for f, l_, count in st.archived]
+
+    # -- the one pass over the other segments ------------------------------------------------
+    say("reading every other segment once -> records/ (by topic), segments/, consumer_offsets/, archived/")
     shutil.rmtree(output_dir / "records", ignore_errors=True)
     # Empty segments (every internal partition has one) hold nothing: no task for them.
-    tables = _scan(spark, [s for s in segments if s.size > 0], output_dir, names)
-    say("writing segments/, share_state/, share_state_ranges/, consumer_offsets/")
+    scan_start = time.perf_counter()
+    tables = _scan(spark, [s for s in segments if s.size > 0 and s.topic != SHARE_STATE_TOPIC], output_dir,
+                   archived)
+    summary.scan_s = time.perf_counter() - scan_start
+    summary.scan_tasks = tables["tasks"].sort_by("task").to_pylist()
+    say("writing segments/, consumer_offsets/, archived/; lag, delivery counts")
     seg_table = pa.concat_tables([tables["segments"], pa.Table.from_pylist(
-        [summary_row(s, summarize_segment(s)) for s in segments if s.size == 0], SEGMENTS_SCHEMA)])
+        state_summaries + [summary_row(s, summarize_segment(s)) for s in segments if s.size == 0], SEGMENTS_SCHEMA)])
     _write_table(seg_table, output_dir / "segments")
+    _write_table(tables["consumer_offsets"], output_dir / "consumer_offsets")
     first_ts = last_ts = -1
     for r in sorted(seg_table.to_pylist(), key=lambda x: (x["topic"], x["partition"], x["base_offset"])):
         if r["torn"]:
@@ -281,25 +268,10 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
                 first_ts = r["first_timestamp"] if first_ts < 0 else min(first_ts, r["first_timestamp"])
                 last_ts = max(last_ts, r["last_timestamp"])
 
-    state = tables["share_state"]
-    _write_table(state.drop_columns(["batches"]).append_column(
-        pa.field("ranges", pa.int32()), pc.list_value_length(state.column("batches")).cast(pa.int32())),
-        output_dir / "share_state")
-    keys = list(RANGE_COLUMNS[:6])  # what identifies a range's record: group .. log offset
-    per_range = pc.list_parent_indices(state.column("batches"))
-    ranges = pc.list_flatten(state.column("batches"))
-    _write_table(pa.Table.from_arrays(
-        [state.column(k).take(per_range) for k in keys] + [pc.struct_field(ranges, f) for f in BATCH_FIELDS],
-        names=list(RANGE_COLUMNS)), output_dir / "share_state_ranges")
-    _write_table(tables["consumer_offsets"], output_dir / "consumer_offsets")
-
-    say("replaying share-group state")
     histogram: dict[str, Counter[int]] = defaultdict(Counter)
-    archived_ranges: list[tuple[str, str, int, int, int, int]] = []
-    for (group, _tid, partition), st in sorted(replay_state(state.to_pylist()).items(), key=lambda kv: str(kv[0])):
-        topic = st.topic
-        if st.deleted or topic is None or (topic, partition) not in summary.log_end:
-            continue  # a deleted group or topic: no lag, nothing to deliver any more
+    for group, topic, partition, st in live:
+        if (topic, partition) not in summary.log_end:
+            continue  # the topic is gone
         tp, gp = (topic, partition), (group, topic, partition)
         end, log_start = summary.log_end[tp], summary.log_start[tp]
         if st.start_offset >= 0:
@@ -310,20 +282,23 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
             summary.share_states[gp] = state_counts(st, end)
         begin = consumption_begin(st, policies.get(group, "latest"), log_start)
         histogram[group].update(delivery_count_histogram(st, begin, end))
-        for f, l_, count in st.archived:
+        for f, l_, _count in st.archived:
             lo, hi = max(f, log_start), min(l_, end - 1)
-            if hi >= lo:
-                archived_ranges.append((group, topic, partition, lo, hi, count))
-                summary.archived_total += hi - lo + 1
+            summary.archived_total += max(0, hi - lo + 1)
     summary.delivery_counts = {g: dict(sorted(c.items())) for g, c in sorted(histogram.items()) if c}
 
-    # -- archived records ----------------------------------------------------------------------
-    say(f"looking up {summary.archived_total} archived offsets in records/ -> archived/")
-    archived = _archived_records(output_dir / "records", archived_ranges)
-    _write_table(archived, output_dir / "archived")
+    # The scan's archived records, within the log (DeleteRecords may have moved its start past some).
+    poison = tables["archived"]
+    if poison.num_rows:
+        log_start_of = pa.array([summary.log_start.get((t, p), 0) for t, p in
+                                 zip(poison.column("topic").to_pylist(), poison.column("partition").to_pylist())])
+        poison = poison.filter(pc.greater_equal(poison.column("offset"), log_start_of))
+    poison = poison.sort_by([("group", "ascending"), ("topic", "ascending"), ("partition", "ascending"),
+                             ("offset", "ascending")])
+    _write_table(poison, output_dir / "archived")
     summary.archived = [ArchivedRecord(r["group"], r["topic"], r["partition"], r["offset"], r["delivery_count"],
                                        r["timestamp"], preview(r["value"]))
-                        for r in archived.slice(0, ARCHIVED_LISTED).to_pylist()]
+                        for r in poison.slice(0, ARCHIVED_LISTED).to_pylist()]
 
     # -- classic groups ------------------------------------------------------------------------
     for gp, off in sorted(committed_offsets(tables["consumer_offsets"].to_pylist()).items()):

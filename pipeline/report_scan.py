@@ -6,12 +6,13 @@ A task walks its segments and
   lockstep, no Python work per record) and writes them itself, with pyarrow, as the `records/`
   table: `records/topic=<topic>/part-<task>.parquet`, one file per topic and task. Spark never sees
   a record: no row conversion, no second copy through the JVM;
-- parses the internal topics' records (`__share_group_state`, `__consumer_offsets`: small) into
-  their tables;
+- parses `__consumer_offsets`' records into their table;
+- picks out the archived records the driver names (it replays `__share_group_state` first);
 - counts records per topic and second of record timestamp (the report's throughput, bucketed
   later by the driver, which knows the whole time span);
 - summarizes every segment (offsets, counts, CRC errors, torn tail) from the same walk.
-It returns those small tables to the driver as Arrow IPC payloads, one row per table.
+It returns those small tables to the driver as Arrow IPC payloads (pipeline/report_source.py, the
+data source, runs it), one row per table.
 
 A task run again (a retry) writes the same file names, replacing its earlier output: each file is
 written under a hidden name and renamed when the task ends. Executors need the data directory and
@@ -20,21 +21,19 @@ the output directory at the same paths (local[*] on the broker host, or shared s
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sharebroker.pipeline.analytics import (
     OFFSETS_TOPIC,
-    SHARE_STATE_TOPIC,
     Segment,
     SegmentSummary,
     SegmentWalk,
@@ -73,11 +72,15 @@ OFFSETS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("pa
                             ("offset", pa.int64()), ("commit_timestamp", pa.int64()),
                             ("offsets_partition", pa.int32()), ("log_offset", pa.int64()),
                             ("log_timestamp", pa.int64())])
+ARCHIVED_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                             ("offset", pa.int64()), ("delivery_count", pa.int32()), ("timestamp", pa.int64()),
+                             ("key", pa.binary()), ("value", pa.binary())])
 SECONDS_SCHEMA = pa.schema([("topic", pa.string()), ("second", pa.int64()), ("count", pa.int64())])
-TABLES = {"segments": SEGMENTS_SCHEMA, "share_state": STATE_SCHEMA, "consumer_offsets": OFFSETS_SCHEMA,
-          "seconds": SECONDS_SCHEMA}
-OUTPUT_DDL = "table string, payload binary"
-_OUTPUT = pa.schema([("table", pa.string()), ("payload", pa.binary())])
+# Per task: when it started (epoch seconds), its wall and CPU time: where the job's time went.
+TASKS_SCHEMA = pa.schema([("task", pa.int32()), ("segments", pa.int64()), ("bytes", pa.int64()),
+                          ("started", pa.float64()), ("wall_s", pa.float64()), ("cpu_s", pa.float64())])
+TABLES = {"segments": SEGMENTS_SCHEMA, "consumer_offsets": OFFSETS_SCHEMA, "archived": ARCHIVED_SCHEMA,
+          "seconds": SECONDS_SCHEMA, "tasks": TASKS_SCHEMA}
 
 
 def summary_row(seg: Segment, s: SegmentSummary) -> dict[str, object]:
@@ -132,6 +135,50 @@ class _RecordFiles:
             os.replace(d / f".{self.name}.tmp", d / self.name)
 
 
+def _archived_rows(seg: Segment, ranges: Sequence[tuple[int, int, str, int]], cols: DecodedColumns, lo: int,
+                   hi: int) -> pa.Table:
+    """The records of cols[lo:hi] (one segment's) inside the archived ranges, one row per group."""
+    offsets = cols.offset[lo:hi]
+    ordered = bool(np.all(offsets[1:] > offsets[:-1]))  # a segment's offsets rise: binary search
+    take: list[np.ndarray] = []
+    groups: list[str] = []
+    counts: list[int] = []
+    for first, last, group, count in ranges:
+        if ordered:
+            rows = np.arange(np.searchsorted(offsets, first, "left"), np.searchsorted(offsets, last, "right"))
+        else:
+            rows = np.flatnonzero((offsets >= first) & (offsets <= last))
+        if len(rows):
+            take.append(rows + lo)
+            groups += [group] * len(rows)
+            counts += [count] * len(rows)
+    if not take:
+        return ARCHIVED_SCHEMA.empty_table()
+    index = np.concatenate(take)
+    n = len(index)
+    return pa.Table.from_arrays([
+        pa.array(groups, pa.string()), pa.array([seg.topic] * n, pa.string()),
+        pa.array(np.full(n, seg.partition, dtype=np.int32)), pa.array(cols.offset[index]), pa.array(counts, pa.int32()),
+        pa.array(cols.timestamp[index]), cols.key.take(pa.array(index)), cols.value.take(pa.array(index))],
+        schema=ARCHIVED_SCHEMA)
+
+
+def read_share_state(segments: Sequence[Segment], names: Mapping[str, str]) -> tuple[pa.Table, list[dict[str, object]]]:
+    """The `__share_group_state` segments' records (STATE_SCHEMA) and their summaries, each read
+    once. Done by the driver before the scan: the replayed state says which records are archived,
+    and the scan tasks pick those out as they pass (the topic is small: compacted state)."""
+    state: dict[str, list] = defaultdict(list)
+    summaries = []
+    for seg in segments:
+        with mapped(seg.path) as buf:
+            walk = SegmentWalk(seg, buf)
+            for name, values in share_state_rows(seg, names, walk).items():
+                state[name] += values
+            assert walk.summary is not None
+            summaries.append(summary_row(seg, walk.summary))
+    return pa.Table.from_pydict(dict(state) or {c: [] for c in STATE_SCHEMA.names}, STATE_SCHEMA), summaries
+
+
 def _piece(seg: Segment, buf: memoryview, headers: list[BatchHeader]) -> tuple[Segment, bytes, list[BatchHeader]]:
     """The bytes from the first to the last of `headers` copied out of the mapping (which closes
     with its segment), the headers' positions moved to match."""
@@ -165,17 +212,18 @@ def _reference_columns(pieces: Sequence[tuple[Segment, bytes, list[BatchHeader]]
         key=pa.array(cols["key"], pa.binary()), value=pa.array(cols["value"], pa.binary()))
 
 
-@dataclass
-class ScanTask(InputPartition):
-    task: int
-    segments: list[tuple[str, str, int, int, int, str | None]]  # Segment fields
+Archived = Mapping[tuple[str, int], Sequence[tuple[int, int, str, int]]]  # (topic, partition) -> (first, last, group, count)
 
 
-def scan_task(task: int, segments: Sequence[Segment], output: str, names: Mapping[str, str]) -> dict[str, pa.Table]:
-    """Read `segments` once: records/ files written, the small tables returned (TABLES)."""
+def scan_task(task: int, segments: Sequence[Segment], output: str,
+              archived: Archived | None = None) -> dict[str, pa.Table]:
+    """Read `segments` once (user topics and `__consumer_offsets`): records/ files written, the
+    small tables returned (TABLES). The records `archived` names are returned in full, per group."""
+    archived = archived or {}
+    started, wall, cpu = time.time(), time.perf_counter(), time.process_time()
     files = _RecordFiles(Path(output) / "records", task)
     summaries: list[dict[str, object]] = []
-    state: dict[str, list] = defaultdict(list)
+    poison: list[pa.Table] = []
     offsets: dict[str, list] = defaultdict(list)
     seconds: dict[str, list[np.ndarray]] = defaultdict(list)
 
@@ -193,6 +241,8 @@ def scan_task(task: int, segments: Sequence[Segment], output: str, names: Mappin
                 files.add(seg.topic, _record_batch(seg, cols, at, at + n))
                 ts = cols.timestamp[at:at + n]
                 seconds[seg.topic].append(ts[ts >= 0] // 1000)
+                if (seg.topic, seg.partition) in archived:
+                    poison.append(_archived_rows(seg, archived[(seg.topic, seg.partition)], cols, at, at + n))
             at += n
 
     pieces: list[tuple[Segment, bytes, list[BatchHeader]]] = []
@@ -200,10 +250,7 @@ def scan_task(task: int, segments: Sequence[Segment], output: str, names: Mappin
     for seg in segments:
         with mapped(seg.path) as buf:
             walk = SegmentWalk(seg, buf)
-            if seg.topic == SHARE_STATE_TOPIC:
-                for name, values in share_state_rows(seg, names, walk).items():
-                    state[name] += values
-            elif seg.topic == OFFSETS_TOPIC:
+            if seg.topic == OFFSETS_TOPIC:
                 for name, values in consumer_offset_rows(seg, walk).items():
                     offsets[name] += values
             elif not seg.internal:
@@ -235,13 +282,16 @@ def scan_task(task: int, segments: Sequence[Segment], output: str, names: Mappin
         counts.append(np.asarray(unique[1]))
     return {
         "segments": pa.Table.from_pylist(summaries, SEGMENTS_SCHEMA),
-        "share_state": pa.Table.from_pydict(dict(state) or {c: [] for c in STATE_SCHEMA.names}, STATE_SCHEMA),
+        "archived": pa.concat_tables(poison) if poison else ARCHIVED_SCHEMA.empty_table(),
         "consumer_offsets": pa.Table.from_pydict(dict(offsets) or {c: [] for c in OFFSETS_SCHEMA.names},
                                                  OFFSETS_SCHEMA),
         "seconds": pa.Table.from_arrays([pa.array(topics, pa.string()),
                                          pa.array(np.concatenate(secs) if secs else np.zeros(0, np.int64)),
                                          pa.array(np.concatenate(counts) if counts else np.zeros(0, np.int64))],
                                         schema=SECONDS_SCHEMA),
+        "tasks": pa.Table.from_pylist([{"task": task, "segments": len(segments), "bytes": sum(s.size for s in segments),
+                                        "started": started, "wall_s": time.perf_counter() - wall,
+                                        "cpu_s": time.process_time() - cpu}], TASKS_SCHEMA),
     }
 
 
@@ -254,35 +304,3 @@ def ipc_bytes(table: pa.Table) -> bytes:
 
 def ipc_table(payload: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-
-
-class ReportScanSource(DataSource):
-    """`spark.read.format("sharebroker_report_scan").option("output", DIR).option("plan", JSON)`:
-    the plan is {"tasks": [[segment fields, ...], ...], "names": {topic id: name}}."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "sharebroker_report_scan"
-
-    def schema(self) -> str:
-        return OUTPUT_DDL
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return _ScanReader(dict(self.options))
-
-
-class _ScanReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        import json
-
-        plan = json.loads(options["plan"])
-        self.output, self.tasks, self.names = options["output"], plan["tasks"], plan["names"]
-
-    def partitions(self) -> list[InputPartition]:
-        return [ScanTask(i, segs) for i, segs in enumerate(self.tasks)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ScanTask)
-        tables = scan_task(partition.task, [Segment(*s) for s in partition.segments], self.output, self.names)
-        yield pa.RecordBatch.from_pydict({"table": list(tables), "payload": [ipc_bytes(t) for t in tables.values()]},
-                                         schema=_OUTPUT)

@@ -15,7 +15,7 @@ from sharebroker.broker.share_state.store import SNAPSHOT, SnapshotValue, StateB
 from sharebroker.pipeline import columnar
 from sharebroker.pipeline.analytics import Segment, SegmentWalk, list_segments, mapped, segment_records
 from sharebroker.pipeline.columnar import ColumnarDecodeError, decode_batches
-from sharebroker.pipeline.report_scan import scan_task
+from sharebroker.pipeline.report_scan import read_share_state, scan_task
 from sharebroker.protocol.record_batch import GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_batch
 
 TS = 1_700_000_000_000
@@ -122,10 +122,15 @@ def test_scan_task_writes_records_once_and_returns_the_small_tables(tmp_path):
     key, value = encode_record(StateRecord(("g", tid, 1), SNAPSHOT, SnapshotValue(
         0, 1, 0, 5, 0, TS, TS, [StateBatch(5, 6, 4, 2)])))
     (state_dir / f"{0:020d}.log").write_bytes(bytes(encode_batch([(key, value)], timestamp_ms=TS)))
+    state, state_summaries = read_share_state([s for s in list_segments(data) if s.topic == "__share_group_state"],
+                                              {str(tid): "orders"})
+    assert [(r["group"], r["topic"], r["start_offset"]) for r in state.to_pylist()] == [("g", "orders", 5)]
+    assert [r["records"] for r in state_summaries] == [1]
     out = tmp_path / "out"
-    all_segs = list_segments(data)
+    user = [s for s in list_segments(data) if s.topic == "orders"]
+    archived = {("orders", 1): [(5, 6, "g", 2), (9, 9, "h", 3)], ("orders", 0): [(10**9, 10**9, "g", 1)]}
     for _attempt in range(2):  # a retried task replaces its files: no record twice
-        tables = scan_task(3, all_segs, str(out), {str(tid): "orders"})
+        tables = scan_task(3, user, str(out), archived)
     files = sorted(p.relative_to(out) for p in (out / "records").rglob("*") if p.is_file())
     assert files == [Path("records/topic=orders/part-00003.parquet")]
     rows = pq.read_table(out / "records" / "topic=orders").to_pylist()
@@ -134,10 +139,11 @@ def test_scan_task_writes_records_once_and_returns_the_small_tables(tmp_path):
         ref = reference(seg)
         want += list(zip(ref["partition"], ref["offset"], ref["key"], ref["value"], ref["timestamp"]))
     assert sorted((r["partition"], r["offset"], r["key"], r["value"], r["timestamp"]) for r in rows) == sorted(want)
-    summaries = {r["topic"]: r for r in tables["segments"].to_pylist()}
-    assert summaries["orders"]["torn_bytes"] == 40 and tables["segments"].num_rows == 3
-    assert [(r["group"], r["topic"], r["start_offset"]) for r in tables["share_state"].to_pylist()] == \
-        [("g", "orders", 5)]
+    assert [r["torn_bytes"] for r in tables["segments"].to_pylist()] == [40, 40]
+    by_offset = {(p, o): (k, v, ts) for p, o, k, v, ts in want}
+    assert sorted((r["group"], r["partition"], r["offset"], r["delivery_count"], r["key"], r["value"], r["timestamp"])
+                  for r in tables["archived"].to_pylist()) == \
+        sorted([("g", 1, o, 2, *by_offset[(1, o)]) for o in (5, 6)] + [("h", 1, 9, 3, *by_offset[(1, 9)])])
     seconds = tables["seconds"].to_pylist()
     assert sum(r["count"] for r in seconds) == sum(1 for *_, ts in want if ts >= 0)
     assert all(r["topic"] == "orders" for r in seconds)
