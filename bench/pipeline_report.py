@@ -40,13 +40,25 @@ def scan_alone(data: Path, work: Path) -> float:
     return time.process_time() - t
 
 
+def _jvm_cpu_s(spark: Any) -> float | None:
+    """User + system CPU seconds of the driver JVM so far (Linux), None when it cannot be read."""
+    try:
+        pid = spark.sparkContext._gateway.proc.pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+
+
 def one_report(spark: Any, data: Path, out: Path) -> dict[str, Any]:
     from sharebroker.pipeline.report import run_report
 
     steps: list[tuple[float, str]] = []
+    jvm0, cpu0 = _jvm_cpu_s(spark), time.process_time()
     t0, epoch0 = time.perf_counter(), time.time()
     s = run_report(spark, data, out, progress=lambda text: steps.append((time.perf_counter(), text)))
     end = time.perf_counter()
+    driver_cpu, jvm1 = time.process_time() - cpu0, _jvm_cpu_s(spark)
     marks = [*steps, (end, "done")]
     breakdown = [(text, marks[i + 1][0] - at) for i, (at, text) in enumerate(marks[:-1])]
     tasks = s.scan_tasks
@@ -57,7 +69,9 @@ def one_report(spark: Any, data: Path, out: Path) -> dict[str, Any]:
             # From the report's start to the first task's start: planning, Python workers, imports.
             "before_first_task_s": first - epoch0 - (steps[1][0] - t0 if len(steps) > 1 else 0.0),
             "tasks_span_s": last - first}
-    return {"seconds": end - t0, "steps": breakdown, "scan": scan, "load": _load()}
+    cpu = {"driver_s": driver_cpu, "tasks_s": scan["task_cpu_s"],
+           "jvm_s": (jvm1 - jvm0) if jvm0 is not None and jvm1 is not None else None}
+    return {"seconds": end - t0, "steps": breakdown, "scan": scan, "cpu": cpu, "load": _load()}
 
 
 def main() -> None:
@@ -84,13 +98,17 @@ def main() -> None:
         shutil.rmtree(work / "alone")
         print(f"scan work alone (no Spark, one process): {alone_s:.2f} CPU s = {mb / alone_s:.1f} MB/s per core")
 
+        from sharebroker.pipeline.report import REPORT_CONF
         from sharebroker.pipeline.session import get_session
 
         t = time.perf_counter()
-        spark = get_session(args.master, "bench-pipeline-report")
+        spark = get_session(args.master, "bench-pipeline-report", REPORT_CONF)  # as the command line does
         spark.sparkContext.setLogLevel("ERROR")
         startup_s = time.perf_counter() - t
-        print(f"Spark start-up ({args.master}): {startup_s:.1f} s (not counted below)")
+        jvm_args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                        .getInputArguments())
+        print(f"Spark start-up ({args.master}): {startup_s:.1f} s (not counted below); driver JVM options "
+              f"{' '.join(a for a in jvm_args if a.startswith('-XX'))}")
         runs = []
         try:
             for i in range(args.runs):
@@ -106,6 +124,9 @@ def main() -> None:
                 print(f"          the scan job: {sc['before_first_task_s']:.2f} s before its first task started, "
                       f"{sc['tasks']} tasks over {sc['tasks_span_s']:.2f} s ({sc['task_wall_s']:.2f} s of task wall "
                       f"time, {sc['task_cpu_s']:.2f} s of task CPU)")
+                cpu = r["cpu"]
+                jvm = f"{cpu['jvm_s']:.2f}" if cpu["jvm_s"] is not None else "?"
+                print(f"          CPU: driver {cpu['driver_s']:.2f} s, scan tasks {cpu['tasks_s']:.2f} s, JVM {jvm} s")
         finally:
             spark.stop()
         rates = [mb / r["seconds"] for r in runs]
