@@ -20,15 +20,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sharebroker.broker.groups.classic_records import OFFSET_COMMIT, decode_key, decode_offset_commit_value
-from sharebroker.broker.share_state.records import decode_record
-from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, ShareStateStore, SnapshotValue, StateBatch, StateRecord, UpdateValue
 from sharebroker.protocol.record_batch import BatchHeader, BatchRecord, batch_crc, decode_records, iter_batch_headers
 from sharebroker.storage.files import CheckpointError, read_offset_checkpoint
-from sharebroker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT, read_partition_metadata
 from sharebroker.storage.topics import METADATA_FILE
+
+if TYPE_CHECKING:
+    from sharebroker.broker.share_state.store import StateBatch
+
+# The share-state decoders and store, and the log manager, are imported where they are used: the
+# Spark tasks (pipeline/report_scan.py) need neither, and each of their worker processes would
+# otherwise spend about a second importing them.
 
 # The broker's names (broker/share_state/coordinator.py STATE_TOPIC, broker/groups/group_log.py
 # OFFSETS_TOPIC, broker/groups/coordinator.py GROUP_CONFIGS_FILE), spelled out: importing those
@@ -65,6 +69,8 @@ class Segment:
 def list_segments(data_dir: Path) -> list[Segment]:
     """Every segment of every partition directory, in offset order within a partition. Directories
     of deleted partitions (`<topic>-<n>.<uuid>-delete`) are skipped."""
+    from sharebroker.storage.log_manager import read_partition_metadata
+
     out = []
     for d in sorted(Path(data_dir).iterdir()):
         m = _DIR.match(d.name)
@@ -130,6 +136,8 @@ def log_start_offsets(data_dir: Path, segments: Iterable[Segment]) -> dict[tuple
     for s in segments:
         tp = (s.topic, s.partition)
         starts[tp] = min(starts.get(tp, s.base_offset), s.base_offset)
+    from sharebroker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT
+
     try:
         checkpoint = read_offset_checkpoint(Path(data_dir) / LOG_START_OFFSET_CHECKPOINT)
     except (OSError, CheckpointError):
@@ -299,6 +307,9 @@ def share_state_rows(seg: Segment, names: Mapping[str, str] | None = None,
 
 
 def _state_row(seg: Segment, names: Mapping[str, str], r: BatchRecord, out: dict[str, list]) -> None:
+    from sharebroker.broker.share_state.records import decode_record
+    from sharebroker.broker.share_state.store import SNAPSHOT, SnapshotValue
+
     assert r.key is not None  # keyed_records gives only records with a key
     try:
         rec = decode_record(r.key, r.value)
@@ -429,6 +440,16 @@ def replay_state(rows: Iterable[Mapping[str, Any]]) -> dict[StateKey, PartitionS
     it collects, per partition, every range any record of the epoch carried: the highest delivery
     count per offset and the archived ranges, which later records drop once the start offset
     passes them."""
+    from sharebroker.broker.share_state.store import (
+        SNAPSHOT,
+        UPDATE,
+        ShareStateStore,
+        SnapshotValue,
+        StateBatch,
+        StateRecord,
+        UpdateValue,
+    )
+
     store = ShareStateStore()
     out: dict[StateKey, PartitionState] = {}
     seen: dict[StateKey, list[tuple[int, int, int]]] = {}
