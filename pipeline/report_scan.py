@@ -46,8 +46,9 @@ from sharebroker.pipeline.analytics import (
 from sharebroker.pipeline.columnar import ColumnarDecodeError, DecodedColumns, decode_batches
 from sharebroker.protocol.record_batch import BatchHeader
 
-CHUNK_BYTES = 32 * 1024 * 1024  # batches decoded together (several segments' when they are small)
+CHUNK_BYTES = 8 * 1024 * 1024  # batches decoded together (several segments' when they are small)
 ROW_GROUP_BYTES = 64 * 1024 * 1024  # record bytes buffered per topic before a Parquet row group
+PENDING_BYTES = 2 * ROW_GROUP_BYTES  # record bytes a task buffers over all its topics before writing them
 
 RECORDS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                             ("timestamp", pa.int64()), ("timestamp_type", pa.int8()), ("key", pa.binary()),
@@ -97,7 +98,8 @@ def topic_directory(records: Path, topic: str) -> Path:
 
 
 class _RecordFiles:
-    """A task's records/ files, one per topic, each buffered up to a row group."""
+    """A task's records/ files, one per topic, each buffered up to a row group (and all of them
+    written out when the task buffers PENDING_BYTES: a task may hold many small topics)."""
 
     def __init__(self, records: Path, task: int) -> None:
         self.records, self.name = records, f"part-{task:05d}.parquet"
@@ -110,6 +112,9 @@ class _RecordFiles:
         self.pending_bytes[topic] += batch.nbytes
         if self.pending_bytes[topic] >= ROW_GROUP_BYTES:
             self._flush(topic)
+        elif sum(self.pending_bytes.values()) >= PENDING_BYTES:
+            for t in list(self.pending):
+                self._flush(t)
 
     def _flush(self, topic: str) -> None:
         batches = self.pending.pop(topic, [])

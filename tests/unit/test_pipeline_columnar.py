@@ -147,3 +147,26 @@ def test_scan_task_writes_records_once_and_returns_the_small_tables(tmp_path):
     seconds = tables["seconds"].to_pylist()
     assert sum(r["count"] for r in seconds) == sum(1 for *_, ts in want if ts >= 0)
     assert all(r["topic"] == "orders" for r in seconds)
+
+
+def test_a_task_writes_its_buffered_topics_when_it_holds_too_much(tmp_path, monkeypatch):
+    """Many small topics in one task: the buffered records are written as they pile up rather
+    than all held until the task ends, and nothing is lost or written twice. (Chunks of one batch
+    here, so each batch is a piece of its own.)"""
+    from sharebroker.pipeline import report_scan
+
+    rng = random.Random(5)
+    segs = [random_segment(tmp_path / "data" / f"t{i}-0", rng, 4) for i in range(3)]
+    monkeypatch.setattr(report_scan, "CHUNK_BYTES", 1)
+    for pending in (2**40, 1):  # everything held to the end; written at each piece
+        monkeypatch.setattr(report_scan, "PENDING_BYTES", pending)
+        scan_task(0, segs, str(tmp_path / f"out-{pending}"))
+        for seg in segs:
+            f = pq.ParquetFile(tmp_path / f"out-{pending}" / "records" / f"topic={seg.topic}" / "part-00000.parquet")
+            assert f.metadata.num_row_groups == (1 if pending > 1 else len(data_batches(seg)))
+            assert [r["offset"] for r in f.read().to_pylist()] == reference(seg)["offset"]
+
+
+def data_batches(seg: Segment) -> list:
+    with mapped(seg.path) as buf:
+        return list(SegmentWalk(seg, buf))
