@@ -92,7 +92,7 @@ def _walk_one(d: bytes, pos: int, end: int, count: int, out: np.ndarray, at: int
         vstart = p
         p += max(vlen, 0)
         nh, p = _varint(d, p)
-        if length < 0 or p > rec_end or rec_end > end or nh < 0:
+        if length < 0 or p > rec_end or rec_end > end or nh < 0 or klen > length or vlen > length:
             raise ColumnarDecodeError("record runs past its length or its batch")
         out[:, j] = (tsd, offd, kstart, klen, vstart, vlen, nh)
         pos = rec_end
@@ -117,17 +117,25 @@ def _walk(d: np.ndarray, raw: bytes, starts: np.ndarray, ends: np.ndarray, count
             break
         p = pos[:k]
         length, q = _varints(d, p)
+        # Lengths are checked before they move a position (or overflow one): every range handed
+        # to _binary then lies inside its batch.
+        if bool(((length < 0) | (length > end[:k] - q)).any()):
+            raise ColumnarDecodeError("record runs past its batch")
         rec_end = q + length
         tsd, q = _varints(d, q + 1)
         offd, q = _varints(d, q)
         klen, q = _varints(d, q)
+        if bool((klen > length).any()):
+            raise ColumnarDecodeError("key longer than its record")
         kstart = q
         q = q + np.maximum(klen, 0)
         vlen, q = _varints(d, q)
+        if bool((vlen > length).any()):
+            raise ColumnarDecodeError("value longer than its record")
         vstart = q
         q = q + np.maximum(vlen, 0)
         nh, q = _varints(d, q)
-        if bool(((length < 0) | (q > rec_end) | (rec_end > end[:k]) | (nh < 0)).any()):
+        if bool(((q > rec_end) | (nh < 0)).any()):
             raise ColumnarDecodeError("record runs past its length or its batch")
         cols = at[:k] + step
         out[0, cols], out[1, cols], out[2, cols], out[3, cols] = tsd, offd, kstart, klen
@@ -193,7 +201,7 @@ def decode_batches(batches: Sequence[tuple[bytes | memoryview, BatchHeader]]) ->
         np.cumsum(counts[:-1], out=first[1:])
     try:
         fields = _walk(d, raw, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), counts, first)
-    except IndexError as exc:
+    except (IndexError, OverflowError) as exc:
         raise ColumnarDecodeError("records end before the batch's record count") from exc
     tsd, offd, kstart, klen, vstart, vlen, nh = fields
 

@@ -170,3 +170,22 @@ def test_a_task_writes_its_buffered_topics_when_it_holds_too_much(tmp_path, monk
 def data_batches(seg: Segment) -> list:
     with mapped(seg.path) as buf:
         return list(SegmentWalk(seg, buf))
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_a_key_longer_than_its_record_is_refused_not_read(lockstep):
+    """A producer's broken record under a valid CRC: a key length far past the batch is refused
+    before any byte is gathered (the scan then lets the reference decoder say where it is)."""
+    from sharebroker.protocol.crc import crc32c
+    from sharebroker.protocol.record_batch import read_header
+
+    batch = bytearray(encode_batch([(b"k", b"value")] * 3, timestamp_ms=TS))
+    # The first record: length, attributes, timestamp delta, offset delta, then the key's length.
+    at = 61 + 1 + 1 + 1 + 1
+    assert batch[at] == 2  # zigzag(1)
+    batch[at:at + 1] = b"\xfe" + b"\xff" * 8 + b"\x01"  # zigzag: 2**63 - 1 bytes of key
+    batch[8:12] = (len(batch) - 12).to_bytes(4, "big")
+    batch[17:21] = crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    h = read_header(bytes(batch), 0)
+    with pytest.raises(ColumnarDecodeError):
+        decode_batches([(bytes(batch), h)] * (20 if lockstep else 1))
