@@ -189,3 +189,18 @@ def test_a_key_longer_than_its_record_is_refused_not_read(lockstep):
     h = read_header(bytes(batch), 0)
     with pytest.raises(ColumnarDecodeError):
         decode_batches([(bytes(batch), h)] * (20 if lockstep else 1))
+
+
+def test_the_scan_names_the_segment_and_batch_the_reference_decoder_refuses(tmp_path):
+    from sharebroker.protocol.crc import crc32c
+
+    good = bytes(encode_batch([(b"k", b"v")], timestamp_ms=TS))
+    bad = bytearray(encode_batch([(b"k", b"value")] * 2, timestamp_ms=TS, base_offset=1))
+    bad[61 + 4] = 0x7E  # the first key's length: 63 bytes, past the batch
+    bad[17:21] = crc32c(bytes(bad[21:])).to_bytes(4, "big")
+    path = tmp_path / "data" / "t-0" / f"{0:020d}.log"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(good + bytes(bad))
+    (seg,) = list_segments(tmp_path / "data")
+    with pytest.raises(ValueError, match=f"{path}: batch at offset 1 does not decode"):
+        scan_task(0, [seg], str(tmp_path / "out"))
