@@ -1,8 +1,8 @@
 """A broker data directory read from its files: segments in Kafka's layout (`<topic>-<n>/
 <20-digit base offset>.log`), `__share_group_state` and `__consumer_offsets`. Plain Python over the
 project's own decoders (record batches, share-state records, classic offset commits) and the share
-coordinator's own replay, run inside Spark tasks (one task per segment) by pipeline/report.py and
-tested without a JVM. Nothing here writes to the data directory.
+coordinator's own replay, run inside Spark tasks (pipeline/report_scan.py; user records are decoded
+there by pipeline/columnar.py, with segment_records as its reference) and tested without a JVM. Nothing here writes to the data directory.
 
 Reading a live broker's directory is safe: a segment is mapped at the size it had when opened, and
 the walk stops quietly at a torn last batch (a live append, or a crash), which is counted."""
@@ -20,15 +20,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sharebroker.broker.groups.classic_records import OFFSET_COMMIT, decode_key, decode_offset_commit_value
-from sharebroker.broker.share_state.records import decode_record
-from sharebroker.broker.share_state.store import SNAPSHOT, UPDATE, ShareStateStore, SnapshotValue, StateBatch, StateRecord, UpdateValue
 from sharebroker.protocol.record_batch import BatchHeader, BatchRecord, batch_crc, decode_records, iter_batch_headers
 from sharebroker.storage.files import CheckpointError, read_offset_checkpoint
-from sharebroker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT, read_partition_metadata
 from sharebroker.storage.topics import METADATA_FILE
+
+if TYPE_CHECKING:
+    from sharebroker.broker.share_state.store import StateBatch
+
+# The share-state decoders and store, and the log manager, are imported where they are used: the
+# Spark tasks (pipeline/report_scan.py) need neither, and each of their worker processes would
+# otherwise spend about a second importing them.
 
 # The broker's names (broker/share_state/coordinator.py STATE_TOPIC, broker/groups/group_log.py
 # OFFSETS_TOPIC, broker/groups/coordinator.py GROUP_CONFIGS_FILE), spelled out: importing those
@@ -65,6 +69,8 @@ class Segment:
 def list_segments(data_dir: Path) -> list[Segment]:
     """Every segment of every partition directory, in offset order within a partition. Directories
     of deleted partitions (`<topic>-<n>.<uuid>-delete`) are skipped."""
+    from sharebroker.storage.log_manager import read_partition_metadata
+
     out = []
     for d in sorted(Path(data_dir).iterdir()):
         m = _DIR.match(d.name)
@@ -130,6 +136,8 @@ def log_start_offsets(data_dir: Path, segments: Iterable[Segment]) -> dict[tuple
     for s in segments:
         tp = (s.topic, s.partition)
         starts[tp] = min(starts.get(tp, s.base_offset), s.base_offset)
+    from sharebroker.storage.log_manager import LOG_START_OFFSET_CHECKPOINT
+
     try:
         checkpoint = read_offset_checkpoint(Path(data_dir) / LOG_START_OFFSET_CHECKPOINT)
     except (OSError, CheckpointError):
@@ -144,7 +152,7 @@ def log_start_offsets(data_dir: Path, segments: Iterable[Segment]) -> dict[tuple
 
 
 @contextmanager
-def _mapped(path: str) -> Iterator[memoryview]:
+def mapped(path: str) -> Iterator[memoryview]:
     """The file mapped read-only at its current size: a live broker appending to it later changes
     nothing we read, and a 1 GiB segment costs no heap."""
     with open(path, "rb") as f:
@@ -164,12 +172,6 @@ def _mapped(path: str) -> Iterator[memoryview]:
                 pass  # a caller still holds a slice: the mapping goes with it
 
 
-def _whole_batches(buf: memoryview) -> Iterator[tuple[BatchHeader, bool]]:
-    """(header, CRC valid) of each whole batch, up to a torn tail."""
-    for h in iter_batch_headers(buf):
-        yield h, batch_crc(buf, h) == h.crc
-
-
 @dataclass(frozen=True)
 class SegmentSummary:
     batches: int
@@ -183,11 +185,20 @@ class SegmentSummary:
     torn_bytes: int  # bytes after the last whole batch
 
 
-def summarize_segment(seg: Segment) -> SegmentSummary:
-    with _mapped(seg.path) as buf:
+class SegmentWalk:
+    """One walk over a segment's batches (`buf`, the mapped file). Iterating yields the header of
+    each whole data batch whose CRC matches; control batches (transaction markers) and batches
+    with a bad CRC are counted and skipped. Once exhausted, `summary` says what the walk saw."""
+
+    def __init__(self, seg: Segment, buf: memoryview) -> None:
+        self.seg, self.buf = seg, buf
+        self.summary: SegmentSummary | None = None
+
+    def __iter__(self) -> Iterator[BatchHeader]:
+        buf = self.buf
         walk = iter_batch_headers(buf)
         batches = records = control = crc_errors = 0
-        next_offset, first_ts, last_ts = seg.base_offset, -1, -1
+        next_offset, first_ts, last_ts = self.seg.base_offset, -1, -1
         for h in walk:
             batches += 1
             next_offset = h.next_offset
@@ -201,21 +212,22 @@ def summarize_segment(seg: Segment) -> SegmentSummary:
             if first_ts < 0 or h.base_timestamp < first_ts:
                 first_ts = h.base_timestamp
             last_ts = max(last_ts, h.max_timestamp)
+            yield h
         torn_bytes = len(buf) - walk.position
-        return SegmentSummary(batches, records, control, crc_errors, next_offset, first_ts, last_ts,
-                              walk.stopped_by if torn_bytes else None, torn_bytes)
+        self.summary = SegmentSummary(batches, records, control, crc_errors, next_offset, first_ts, last_ts,
+                                      walk.stopped_by if torn_bytes else None, torn_bytes)
 
 
-def _keyed_records(seg: Segment) -> Iterator[Any]:
-    """The records with a key of an internal topic's segment (its data batches only)."""
-    with _mapped(seg.path) as buf:
-        for _h, records in _data_records(buf, seg):
-            for r in records:
-                if r.key is not None:
-                    yield r
+def summarize_segment(seg: Segment) -> SegmentSummary:
+    with mapped(seg.path) as buf:
+        walk = SegmentWalk(seg, buf)
+        for _h in walk:
+            pass
+        assert walk.summary is not None
+        return walk.summary
 
 
-def _decode_batch(seg: Segment, buf: memoryview, h: BatchHeader) -> list[BatchRecord]:
+def _decode_batch(seg: Segment, buf: bytes | memoryview, h: BatchHeader) -> list[BatchRecord]:
     """The records of one CRC-valid batch; a batch its producer wrote broken says where it is
     (a missing codec library still raises ImportError)."""
     try:
@@ -226,12 +238,12 @@ def _decode_batch(seg: Segment, buf: memoryview, h: BatchHeader) -> list[BatchRe
         raise ValueError(f"{seg.path}: batch at offset {h.base_offset} does not decode: {exc}") from exc
 
 
-def _data_records(buf: memoryview, seg: Segment) -> Iterator[tuple[BatchHeader, list[Any]]]:
-    """Records of each whole, CRC-valid data batch; control batches (transaction markers) skipped."""
-    for h, crc_ok in _whole_batches(buf):
-        if not crc_ok or h.is_control:
-            continue
-        yield h, _decode_batch(seg, buf, h)
+def keyed_records(walk: SegmentWalk) -> Iterator[BatchRecord]:
+    """The records with a key of the data batches a walk yields (an internal topic's records)."""
+    for h in walk:
+        for r in _decode_batch(walk.seg, walk.buf, h):
+            if r.key is not None:
+                yield r
 
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
@@ -241,51 +253,13 @@ RECORD_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestamp_type",
 def segment_records(seg: Segment, chunk: int = 10_000) -> Iterator[dict[str, list]]:
     """The records of one segment as column dicts (RECORD_COLUMNS) of about `chunk` rows, cut at
     batch boundaries; compressed batches are decoded, control batches skipped. `headers` is the
-    number of record headers."""
-    yield from SegmentScan(seg, chunk)
+    number of record headers. Record by record: the reference for pipeline/columnar.py."""
+    with mapped(seg.path) as buf:
+        yield from record_columns(seg, ((h, _decode_batch(seg, buf, h)) for h in SegmentWalk(seg, buf)), chunk)
 
 
-class SegmentScan:
-    """One walk over a segment giving both its records (iterate: column dicts as segment_records)
-    and, once iterated, its `summary` (as summarize_segment): the report reads each file once."""
-
-    def __init__(self, seg: Segment, chunk: int = 10_000) -> None:
-        self.seg = seg
-        self.chunk = chunk
-        self.summary: SegmentSummary | None = None
-
-    def __iter__(self) -> Iterator[dict[str, list]]:
-        seg, chunk = self.seg, self.chunk
-        with _mapped(seg.path) as buf:
-            walk = iter_batch_headers(buf)
-            counts = {"batches": 0, "records": 0, "control": 0, "crc_errors": 0}
-            state = {"next": seg.base_offset, "first_ts": -1, "last_ts": -1}
-
-            def data_batches() -> Iterator[tuple[BatchHeader, list[Any]]]:
-                for h in walk:
-                    counts["batches"] += 1
-                    state["next"] = h.next_offset
-                    if batch_crc(buf, h) != h.crc:
-                        counts["crc_errors"] += 1
-                        continue
-                    if h.is_control:
-                        counts["control"] += 1
-                        continue
-                    counts["records"] += h.record_count
-                    if state["first_ts"] < 0 or h.base_timestamp < state["first_ts"]:
-                        state["first_ts"] = h.base_timestamp
-                    state["last_ts"] = max(state["last_ts"], h.max_timestamp)
-                    yield h, _decode_batch(seg, buf, h)
-
-            yield from _record_columns(seg, data_batches(), chunk)
-            torn_bytes = len(buf) - walk.position
-            self.summary = SegmentSummary(counts["batches"], counts["records"], counts["control"],
-                                          counts["crc_errors"], state["next"], state["first_ts"], state["last_ts"],
-                                          walk.stopped_by if torn_bytes else None, torn_bytes)
-
-
-def _record_columns(seg: Segment, batches: Iterable[tuple[BatchHeader, list[Any]]],
-                    chunk: int) -> Iterator[dict[str, list]]:
+def record_columns(seg: Segment, batches: Iterable[tuple[BatchHeader, list[Any]]],
+                   chunk: int) -> Iterator[dict[str, list]]:
     """Decoded batches as RECORD_COLUMNS column dicts of about `chunk` rows."""
     cols: dict[str, list] = {c: [] for c in RECORD_COLUMNS}
     for h, records in batches:
@@ -316,37 +290,58 @@ BATCH_FIELDS = ("first_offset", "last_offset", "delivery_state", "delivery_count
 RANGE_COLUMNS = ("group", "topic_id", "topic", "partition", "state_partition", "log_offset", *BATCH_FIELDS)
 
 
-def share_state_rows(seg: Segment, names: Mapping[str, str] | None = None) -> dict[str, list]:
+def share_state_rows(seg: Segment, names: Mapping[str, str] | None = None,
+                     walk: SegmentWalk | None = None) -> dict[str, list]:
     """The state records of one `__share_group_state` segment as column dicts (STATE_COLUMNS).
     record_type is 'snapshot', 'update' or 'tombstone'; -1 stands for 'absent' (an update has no
     state epoch or timestamps, a tombstone nothing; an update's start offset -1 leaves it unchanged). `topic` is
     the name `names` (topic id -> name) gives, None for a topic that is gone. `batches` holds, per
-    record, its ranges as dicts of BATCH_FIELDS (see flatten_ranges)."""
+    record, its ranges as dicts of BATCH_FIELDS (see flatten_ranges). With `walk` (a SegmentWalk
+    of `seg` not yet iterated) the segment is read through it, which then holds its summary."""
     names = names or {}
     out: dict[str, list] = {c: [] for c in STATE_COLUMNS}
-    for r in _keyed_records(seg):
-        try:
-            rec = decode_record(r.key, r.value)
-        except ValueError:
-            continue  # a record type this broker does not write; its replay skips it too
-        group, tid, partition = rec.key
-        v = rec.value
-        row = {"group": group, "topic_id": str(tid), "topic": names.get(str(tid)), "partition": partition,
-               "state_partition": seg.partition, "log_offset": r.offset, "log_timestamp": r.timestamp,
-               "record_type": "tombstone" if v is None else ("snapshot" if rec.kind == SNAPSHOT else "update"),
-               "snapshot_epoch": v.snapshot_epoch if v else -1,
-               "state_epoch": v.state_epoch if isinstance(v, SnapshotValue) else -1,
-               "leader_epoch": v.leader_epoch if v else -1,
-               "start_offset": v.start_offset if v else -1,
-               "delivery_complete_count": v.delivery_complete_count if v else -1,
-               "create_timestamp": v.create_timestamp if isinstance(v, SnapshotValue) else -1,
-               "write_timestamp": v.write_timestamp if isinstance(v, SnapshotValue) else -1,
-               "batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
-                            "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
-                           for b in (v.batches if v else ())]}
-        for c in STATE_COLUMNS:
-            out[c].append(row[c])
+    with _walked(seg, walk) as w:
+        for r in keyed_records(w):
+            _state_row(seg, names, r, out)
     return out
+
+
+def _state_row(seg: Segment, names: Mapping[str, str], r: BatchRecord, out: dict[str, list]) -> None:
+    from sharebroker.broker.share_state.records import decode_record
+    from sharebroker.broker.share_state.store import SNAPSHOT, SnapshotValue
+
+    assert r.key is not None  # keyed_records gives only records with a key
+    try:
+        rec = decode_record(r.key, r.value)
+    except ValueError:
+        return  # a record type this broker does not write; its replay skips it too
+    group, tid, partition = rec.key
+    v = rec.value
+    row = {"group": group, "topic_id": str(tid), "topic": names.get(str(tid)), "partition": partition,
+           "state_partition": seg.partition, "log_offset": r.offset, "log_timestamp": r.timestamp,
+           "record_type": "tombstone" if v is None else ("snapshot" if rec.kind == SNAPSHOT else "update"),
+           "snapshot_epoch": v.snapshot_epoch if v else -1,
+           "state_epoch": v.state_epoch if isinstance(v, SnapshotValue) else -1,
+           "leader_epoch": v.leader_epoch if v else -1,
+           "start_offset": v.start_offset if v else -1,
+           "delivery_complete_count": v.delivery_complete_count if v else -1,
+           "create_timestamp": v.create_timestamp if isinstance(v, SnapshotValue) else -1,
+           "write_timestamp": v.write_timestamp if isinstance(v, SnapshotValue) else -1,
+           "batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
+                        "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
+                       for b in (v.batches if v else ())]}
+    for c in STATE_COLUMNS:
+        out[c].append(row[c])
+
+
+@contextmanager
+def _walked(seg: Segment, walk: SegmentWalk | None) -> Iterator[SegmentWalk]:
+    """`walk`, or a walk over the segment mapped for the time of the block."""
+    if walk is not None:
+        yield walk
+        return
+    with mapped(seg.path) as buf:
+        yield SegmentWalk(seg, buf)
 
 
 def flatten_ranges(state: Mapping[str, list]) -> dict[str, list]:
@@ -374,25 +369,32 @@ OFFSET_COLUMNS = ("group", "topic", "partition", "offset", "commit_timestamp", "
                   "log_timestamp")
 
 
-def consumer_offset_rows(seg: Segment) -> dict[str, list]:
+def consumer_offset_rows(seg: Segment, walk: SegmentWalk | None = None) -> dict[str, list]:
     """Classic groups' offset commits in one `__consumer_offsets` segment (OFFSET_COLUMNS); a
-    deleted commit (tombstone) has offset -1. Group metadata and other record types are skipped."""
+    deleted commit (tombstone) has offset -1. Group metadata and other record types are skipped.
+    `walk` as for share_state_rows."""
     out: dict[str, list] = {c: [] for c in OFFSET_COLUMNS}
-    for r in _keyed_records(seg):
-        try:
-            kind, group, topic, partition = decode_key(r.key)
-            if kind != OFFSET_COMMIT:
-                continue
-            commit = decode_offset_commit_value(r.value) if r.value is not None else None
-        except ValueError:
-            continue  # share-group and consumer-protocol records share the topic
-        for c, x in (("group", group), ("topic", topic), ("partition", partition),
-                     ("offset", commit.offset if commit else -1),
-                     ("commit_timestamp", commit.commit_timestamp_ms if commit else -1),
-                     ("offsets_partition", seg.partition), ("log_offset", r.offset),
-                     ("log_timestamp", r.timestamp)):
-            out[c].append(x)
+    with _walked(seg, walk) as w:
+        for r in keyed_records(w):
+            _offset_row(seg, r, out)
     return out
+
+
+def _offset_row(seg: Segment, r: BatchRecord, out: dict[str, list]) -> None:
+    assert r.key is not None
+    try:
+        kind, group, topic, partition = decode_key(r.key)
+        if kind != OFFSET_COMMIT:
+            return
+        commit = decode_offset_commit_value(r.value) if r.value is not None else None
+    except ValueError:
+        return  # share-group and consumer-protocol records share the topic
+    for c, x in (("group", group), ("topic", topic), ("partition", partition),
+                 ("offset", commit.offset if commit else -1),
+                 ("commit_timestamp", commit.commit_timestamp_ms if commit else -1),
+                 ("offsets_partition", seg.partition), ("log_offset", r.offset),
+                 ("log_timestamp", r.timestamp)):
+        out[c].append(x)
 
 
 def committed_offsets(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, int], int]:
@@ -438,6 +440,16 @@ def replay_state(rows: Iterable[Mapping[str, Any]]) -> dict[StateKey, PartitionS
     it collects, per partition, every range any record of the epoch carried: the highest delivery
     count per offset and the archived ranges, which later records drop once the start offset
     passes them."""
+    from sharebroker.broker.share_state.store import (
+        SNAPSHOT,
+        UPDATE,
+        ShareStateStore,
+        SnapshotValue,
+        StateBatch,
+        StateRecord,
+        UpdateValue,
+    )
+
     store = ShareStateStore()
     out: dict[StateKey, PartitionState] = {}
     seen: dict[StateKey, list[tuple[int, int, int]]] = {}

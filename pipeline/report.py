@@ -1,10 +1,15 @@
 """`sharebroker pipeline report`: queue analytics over a broker data directory, read from its
-files (pipeline/analytics.py parses them). Spark spreads the parsing over tasks, one per segment:
-a DataFrame of segment paths goes through `mapInArrow`, and each task opens its file (local paths:
-local[*] on the broker host, or a copy of the directory on shared storage). Tables, as Parquet
-under the output directory:
+files (pipeline/analytics.py parses them). One Spark job reads every segment exactly once: a
+Python data source (pipeline/report_scan.py) whose input partitions are groups of segments of
+about equal bytes, a few per core; each task decodes its records into Arrow columns with numpy
+(pipeline/columnar.py), writes them itself as `records/`, and hands the driver the small tables
+below as Arrow. The driver then replays the share-group state and writes the rest with pyarrow:
+after the scan, nothing is read twice and no Spark job runs again. Local paths: local[*] on the
+broker host, or a copy of the directory on shared storage. Tables, as Parquet under the output
+directory:
 
-- `records/` (partitioned by topic): every record of the user topics, control batches skipped;
+- `records/` (by topic: `records/topic=<topic>/`, a file per topic and task): every record of the
+  user topics, control batches skipped;
 - `segments/`: per segment its offsets, counts, time span, CRC errors and torn tail;
 - `share_state/` and `share_state_ranges/`: every `__share_group_state` record (start offset
   over time) and the offset ranges it carries (delivery state and count);
@@ -19,85 +24,78 @@ archived records with a payload preview, and throughput over time, and writes `r
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import shutil
+import threading
+import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 
 from sharebroker.pipeline.analytics import (
     BATCH_FIELDS,
     INTERNAL_TOPICS,
     OFFSET_COLUMNS,
+    SHARE_STATE_TOPIC,
+    RANGE_COLUMNS,
     RECORD_COLUMNS,
     STATE_COLUMNS,
     Segment,
-    SegmentScan,
-    SegmentSummary,
     committed_offsets,
-    consumer_offset_rows,
     consumption_begin,
     delivery_count_histogram,
     group_start_policy,
     list_segments,
     log_start_offsets,
     replay_state,
-    share_state_rows,
     split_segments,
     state_counts,
     summarize_segment,
     topic_names,
 )
+from sharebroker.pipeline.report_source import ReportScanSource
+from sharebroker.pipeline.report_scan import (
+    BATCH_TYPE,
+    Archived,
+    OFFSETS_SCHEMA,
+    RECORDS_SCHEMA,
+    SEGMENTS_SCHEMA,
+    STATE_SCHEMA,
+    TABLES,
+    ipc_table,
+    read_share_state,
+    summary_row,
+)
 
 PREVIEW_BYTES = 64
-TASKS_PER_CORE = 3  # input partitions per core for the segment parsing
+TASKS_PER_CORE = 3  # input partitions per core for the segment scan
 SEGMENT_COST_BYTES = 256 * 1024  # what opening a segment costs, in bytes read, when balancing tasks
-CONCURRENT_WRITERS = 1000  # Parquet files a task may hold open while writing records/ by topic
 TOP_LINES = 8  # lines of the throughput chart and bar groups of the delivery-count chart (the rest summed)
 TOP = 15  # rows of each "top" table of the summary, and bars or lines of each chart (the rest aggregated)
 LONG_TABLE = 25  # tables longer than this go into a collapsed <details> section
 ARCHIVED_LISTED = 1000  # archived records kept in the summary and report.md; all are in archived/
 SERIES_ROWS = 120  # throughput buckets listed in report.md; all are in throughput/
 
-RECORDS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-                            ("timestamp", pa.int64()), ("timestamp_type", pa.int8()), ("key", pa.binary()),
-                            ("value", pa.binary()), ("headers", pa.int32()), ("producer_id", pa.int64()),
-                            ("compression", pa.int8())])
-SEGMENTS_SCHEMA = pa.schema([("path", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-                             ("base_offset", pa.int64()), ("next_offset", pa.int64()), ("bytes", pa.int64()),
-                             ("batches", pa.int64()), ("records", pa.int64()), ("control_batches", pa.int64()),
-                             ("crc_errors", pa.int64()), ("first_timestamp", pa.int64()),
-                             ("last_timestamp", pa.int64()), ("torn", pa.string()), ("torn_bytes", pa.int64())])
-BATCH_TYPE = pa.struct([("first_offset", pa.int64()), ("last_offset", pa.int64()), ("delivery_state", pa.int8()),
-                        ("delivery_count", pa.int16())])
-STATE_SCHEMA = pa.schema([("group", pa.string()), ("topic_id", pa.string()), ("topic", pa.string()),
-                          ("partition", pa.int32()), ("state_partition", pa.int32()), ("log_offset", pa.int64()),
-                          ("log_timestamp", pa.int64()), ("record_type", pa.string()),
-                          ("snapshot_epoch", pa.int32()), ("state_epoch", pa.int32()), ("leader_epoch", pa.int32()),
-                          ("start_offset", pa.int64()), ("delivery_complete_count", pa.int32()),
-                          ("create_timestamp", pa.int64()), ("write_timestamp", pa.int64()),
-                          ("batches", pa.list_(BATCH_TYPE))])
-OFFSETS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-                            ("offset", pa.int64()), ("commit_timestamp", pa.int64()),
-                            ("offsets_partition", pa.int32()), ("log_offset", pa.int64()),
-                            ("log_timestamp", pa.int64())])
+# What `sharebroker pipeline report` starts its Spark session with (a --conf overrides it): the
+# driver JVM with the client compiler only and the serial collector. The report is one short job,
+# and C2's compilations cost more CPU than they save in it (measured: the JVM's CPU for a report
+# halves, 8.8 -> 4.3 s on the first, 0.8-1.1 -> 0.5 s on later ones).
+REPORT_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
 # The parsers' column dicts go into these schemas by name: keep the two in step.
 assert tuple(RECORDS_SCHEMA.names) == RECORD_COLUMNS and tuple(STATE_SCHEMA.names) == STATE_COLUMNS
 assert tuple(OFFSETS_SCHEMA.names) == OFFSET_COLUMNS and tuple(BATCH_TYPE.names) == BATCH_FIELDS
 
-_ARCHIVED_DDL = ("group string, topic string, partition int, offset long, delivery_count int, timestamp long, "
-                 "key binary, value binary")
-_THROUGHPUT_DDL = "topic string, bucket_start long, count long"
+THROUGHPUT_SCHEMA = pa.schema([("topic", pa.string()), ("bucket_start", pa.int64()), ("count", pa.int64())])
 
 TopicPartition = tuple[str, int]
 GroupPartition = tuple[str, str, int]  # group, topic, partition
@@ -117,6 +115,7 @@ class ArchivedRecord(NamedTuple):
 class ReportSummary:
     """What report.md shows, as numbers."""
     segments: int = 0
+    log_bytes: int = 0  # of every segment
     records: dict[TopicPartition, int] = field(default_factory=dict)  # user topics only
     log_start: dict[TopicPartition, int] = field(default_factory=dict)
     log_end: dict[TopicPartition, int] = field(default_factory=dict)  # last offset + 1, control batches included
@@ -134,25 +133,18 @@ class ReportSummary:
     classic_lag: dict[GroupPartition, int] = field(default_factory=dict)  # log end - committed offset
     throughput_bucket_s: int = 1
     throughput: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # topic -> (bucket start s, records)
+    # The scan job: its wall time, and per task its segments, bytes, start (epoch s), wall and CPU s.
+    scan_s: float = 0.0
+    scan_tasks: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _ddl(schema: pa.Schema) -> StructType:
-    """The Spark schema of an Arrow one: the parsers' schemas are written once, in Arrow."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-    return from_arrow_schema(schema)
-
-
-_SEGMENT_SCHEMA = pa.schema([("path", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-                             ("base_offset", pa.int64()), ("size", pa.int64()), ("topic_id", pa.string())])
-
-
-def _segments_frame(spark: SparkSession, segments: list[Segment]) -> DataFrame:
-    """The segments as rows, spread over a few input partitions of about equal bytes: a Spark task
-    and its Python worker cost tens of milliseconds, so hundreds of small segments each in a task
-    of its own spent more time starting tasks than reading logs. A topic's segments stay in one
-    task unless the topic is bigger than a task's share (each task then writes few topics' files);
-    the largest go first, each into the lightest task."""
-    tasks = max(1, min(len(segments), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
+def pack_tasks(segments: Sequence[Segment], tasks: int) -> list[list[Segment]]:
+    """The segments in `tasks` groups of about equal bytes: a Spark task and its Python worker
+    cost tens of milliseconds, so hundreds of small segments each in a task of its own spent more
+    time starting tasks than reading logs. A topic's segments stay in one task unless the topic is
+    bigger than a task's share (each task then writes few topics' files); the largest go first,
+    each into the lightest task. Empty groups are dropped."""
+    tasks = max(1, min(len(segments), tasks))
     share = sum(s.size + SEGMENT_COST_BYTES for s in segments) / tasks
     by_topic: dict[str, list[Segment]] = defaultdict(list)
     for seg in segments:
@@ -163,64 +155,37 @@ def _segments_frame(spark: SparkSession, segments: list[Segment]) -> DataFrame:
             units.extend([s] for s in segs)
         else:
             units.append(segs)
-    bins: list[list[tuple]] = [[] for _ in range(tasks)]
+    bins: list[list[Segment]] = [[] for _ in range(tasks)]
     heap = [(0, i) for i in range(tasks)]
     for unit in sorted(units, key=lambda u: -sum(s.size for s in u)):
         size, i = heapq.heappop(heap)
-        bins[i].extend((s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id) for s in unit)
+        bins[i].extend(unit)
         heapq.heappush(heap, (size + sum(s.size + SEGMENT_COST_BYTES for s in unit), i))
-    rdd = spark.sparkContext.parallelize(bins, tasks).flatMap(lambda rows: rows)
-    return spark.createDataFrame(rdd, _ddl(_SEGMENT_SCHEMA))
+    return [b for b in bins if b]
 
 
-def _segments_of(batches: Iterator[pa.RecordBatch]) -> Iterator[Segment]:
-    for b in batches:
-        for row in b.to_pylist():
-            yield Segment(row["path"], row["topic"], row["partition"], row["base_offset"], row["size"],
-                          row["topic_id"])
+def _write_table(table: pa.Table, directory: Path) -> None:
+    """A small table as one Parquet file in `directory`, replacing what was there."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    pq.write_table(table, directory / "part-00000.parquet")
 
 
-def _parse_task(summaries: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Each user segment read once: its records go to Spark, its summary (a few numbers) into a
-    JSON file of its own under `summaries` (the output directory, which the tasks share as they
-    share the data directory), so the records are written in one pass with nothing cached. A task
-    run again rewrites the same file."""
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for seg in _segments_of(batches):
-            scan = SegmentScan(seg)
-            for cols in scan:
-                yield pa.RecordBatch.from_pydict(cols, schema=RECORDS_SCHEMA)
-            assert scan.summary is not None
-            name = hashlib.sha1(seg.path.encode()).hexdigest()
-            tmp = Path(summaries) / f".{name}.tmp"
-            tmp.write_text(json.dumps(_summary_row(seg, scan.summary)))
-            tmp.replace(Path(summaries) / f"{name}.json")
-    return task
-
-
-def _summary_row(seg: Segment, summary: SegmentSummary | None = None) -> dict[str, object]:
-    s = summary or summarize_segment(seg)
-    return {"path": seg.path, "topic": seg.topic, "partition": seg.partition, "base_offset": seg.base_offset,
-            "next_offset": s.next_offset, "bytes": seg.size, "batches": s.batches, "records": s.records,
-            "control_batches": s.control_batches, "crc_errors": s.crc_errors, "first_timestamp": s.first_timestamp,
-            "last_timestamp": s.last_timestamp, "torn": s.torn, "torn_bytes": s.torn_bytes}
-
-
-def _summary_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for seg in _segments_of(batches):
-        yield pa.RecordBatch.from_pylist([_summary_row(seg)], schema=SEGMENTS_SCHEMA)
-
-
-def _state_task(names: Mapping[str, str]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for seg in _segments_of(batches):
-            yield pa.RecordBatch.from_pydict(share_state_rows(seg, names), schema=STATE_SCHEMA)
-    return task
-
-
-def _offsets_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for seg in _segments_of(batches):
-        yield pa.RecordBatch.from_pydict(consumer_offset_rows(seg), schema=OFFSETS_SCHEMA)
+def _scan(spark: SparkSession, segments: list[Segment], output_dir: Path, archived: Archived) -> dict[str, pa.Table]:
+    """The one Spark job: every segment read once, records/ written by the tasks, the small tables
+    (report_scan.TABLES) back to the driver."""
+    tasks = pack_tasks(segments, spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
+    plan = json.dumps({"tasks": [[[s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id] for s in t]
+                                 for t in tasks],
+                       "archived": [[t, p, [list(r) for r in ranges]] for (t, p), ranges in archived.items()]})
+    spark.dataSource.register(ReportScanSource)
+    rows = spark.read.format(ReportScanSource.name()).option("output", str(output_dir)).option("plan", plan) \
+        .load().collect() if tasks else []
+    parts: dict[str, list[pa.Table]] = defaultdict(list)
+    for row in rows:
+        parts[row["table"]].append(ipc_table(bytes(row["payload"])))
+    return {name: pa.concat_tables(parts[name]) if parts[name] else schema.empty_table()
+            for name, schema in TABLES.items()}
 
 
 def preview(payload: bytes | None) -> str:
@@ -254,43 +219,49 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     names = topic_names(data_dir, segments)
     policies = group_start_policy(data_dir)
     starts = log_start_offsets(data_dir, segments)
-    summary = ReportSummary(segments=len(segments))
+    summary = ReportSummary(segments=len(segments), log_bytes=sum(s.size for s in segments))
     say(f"{len(kinds.user)} segments of {len({(s.topic, s.partition) for s in kinds.user})} partitions, "
         f"{len(kinds.share_state)} __share_group_state and {len(kinds.consumer_offsets)} __consumer_offsets segments")
+    # matplotlib takes a second or two to import: done meanwhile, while the driver waits for Spark.
+    charts_ready = threading.Thread(target=_import_pyplot, daemon=True)
+    charts_ready.start()
 
-    def parse(segs: list[Segment], task: Callable, schema: pa.Schema) -> DataFrame:
-        # Empty segments (every internal partition has one) hold nothing: no task for them.
-        return _segments_frame(spark, [s for s in segs if s.size > 0]).mapInArrow(task, _ddl(schema))
+    # -- share-group state, replayed first: it names the archived records the scan picks out --
+    say("reading __share_group_state -> share_state/, share_state_ranges/; replaying it")
+    state, state_summaries = read_share_state([s for s in kinds.share_state if s.size > 0], names)
+    _write_table(state.drop_columns(["batches"]).append_column(
+        pa.field("ranges", pa.int32()), pc.list_value_length(state.column("batches")).cast(pa.int32())),
+        output_dir / "share_state")
+    keys = list(RANGE_COLUMNS[:6])  # what identifies a range's record: group .. log offset
+    per_range = pc.list_parent_indices(state.column("batches"))
+    ranges = pc.list_flatten(state.column("batches"))
+    _write_table(pa.Table.from_arrays(
+        [state.column(k).take(per_range) for k in keys] + [pc.struct_field(ranges, f) for f in BATCH_FIELDS],
+        names=list(RANGE_COLUMNS)), output_dir / "share_state_ranges")
+    replayed = sorted(replay_state(state.to_pylist()).items(), key=lambda kv: str(kv[0]))
+    # A deleted group or topic has no lag and nothing to deliver any more.
+    live = [(group, st.topic, partition, st) for (group, _tid, partition), st in replayed
+            if not st.deleted and st.topic is not None]
+    archived: dict[tuple[str, int], list[tuple[int, int, str, int]]] = defaultdict(list)
+    for group, topic, partition, st in live:
+        archived[(topic, partition)] += [(f, l_, group, count) for f, l_, count in st.archived]
 
-    def table(name: str, schema: pa.Schema) -> DataFrame:
-        # With the schema given, an empty table reads back empty, and a topic named "123" stays a string.
-        return spark.read.schema(_ddl(schema)).parquet(str(output_dir / name))
-
-    # -- records and segments: each user segment read once --------------------------------------
-    say("parsing records -> records/, segments/")
-    summaries = output_dir / "_segment_summaries"
-    shutil.rmtree(summaries, ignore_errors=True)
-    summaries.mkdir()
-    conf = spark.conf
-    writers = conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
-    # One open file per topic a task writes rather than sorting every record by topic first: the
-    # tasks write a few topics each (_segments_frame), so the writers stay few.
-    conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_WRITERS))
-    try:
-        parse(kinds.user, _parse_task(str(summaries)), RECORDS_SCHEMA).write.mode("overwrite") \
-            .partitionBy("topic").parquet(str(output_dir / "records"))
-    finally:
-        conf.set("spark.sql.maxConcurrentOutputFileWriters", writers or "0")
-    seg_rows = [json.loads(f.read_text()) for f in sorted(summaries.glob("*.json"))]
-    shutil.rmtree(summaries, ignore_errors=True)
-    records = table("records", RECORDS_SCHEMA)
-    # The internal topics' segments are summarized apart (their records are parsed below, by kind).
-    seg_rows += [r.asDict() for r in parse([s for s in segments if s.internal], _summary_task, SEGMENTS_SCHEMA).collect()]
-    seg_rows += [_summary_row(s) for s in segments if s.size == 0]
-    spark.createDataFrame(seg_rows, _ddl(SEGMENTS_SCHEMA)).coalesce(1).write.mode("overwrite") \
-        .parquet(str(output_dir / "segments"))
+    # -- the one pass over the other segments ------------------------------------------------
+    say("reading every other segment once -> records/ (by topic), segments/, consumer_offsets/, archived/")
+    shutil.rmtree(output_dir / "records", ignore_errors=True)
+    # Empty segments (every internal partition has one) hold nothing: no task for them.
+    scan_start = time.perf_counter()
+    tables = _scan(spark, [s for s in segments if s.size > 0 and s.topic != SHARE_STATE_TOPIC], output_dir,
+                   archived)
+    summary.scan_s = time.perf_counter() - scan_start
+    summary.scan_tasks = tables["tasks"].sort_by("task").to_pylist()
+    say("writing segments/, consumer_offsets/, archived/; lag, delivery counts")
+    seg_table = pa.concat_tables([tables["segments"], pa.Table.from_pylist(
+        state_summaries + [summary_row(s, summarize_segment(s)) for s in segments if s.size == 0], SEGMENTS_SCHEMA)])
+    _write_table(seg_table, output_dir / "segments")
+    _write_table(tables["consumer_offsets"], output_dir / "consumer_offsets")
     first_ts = last_ts = -1
-    for r in sorted(seg_rows, key=lambda x: (x["topic"], x["partition"], x["base_offset"])):
+    for r in sorted(seg_table.to_pylist(), key=lambda x: (x["topic"], x["partition"], x["base_offset"])):
         if r["torn"]:
             summary.torn_segments.append((r["path"], r["torn"]))
         if r["crc_errors"]:
@@ -304,26 +275,10 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
                 first_ts = r["first_timestamp"] if first_ts < 0 else min(first_ts, r["first_timestamp"])
                 last_ts = max(last_ts, r["last_timestamp"])
 
-    # -- share-group state ---------------------------------------------------------------------
-    say("parsing __share_group_state -> share_state/, share_state_ranges/")
-    state_df = parse(kinds.share_state, _state_task(names), STATE_SCHEMA).cache()  # parsed once, used thrice
-    try:
-        keys = list(STATE_COLUMNS[:6])  # what identifies a range's record: group .. log offset
-        state_df.select(*[c for c in STATE_COLUMNS if c != "batches"], F.size("batches").alias("ranges")) \
-            .write.mode("overwrite").parquet(str(output_dir / "share_state"))
-        state_df.select(*keys, F.explode("batches").alias("b")).select(*keys, "b.*") \
-            .write.mode("overwrite").parquet(str(output_dir / "share_state_ranges"))
-        state_rows = [r.asDict(recursive=True) for r in state_df.collect()]
-    finally:
-        state_df.unpersist()
-
-    say("replaying share-group state")
     histogram: dict[str, Counter[int]] = defaultdict(Counter)
-    archived_ranges: list[tuple[str, str, int, int, int, int]] = []
-    for (group, _tid, partition), st in sorted(replay_state(state_rows).items(), key=lambda kv: str(kv[0])):
-        topic = st.topic
-        if st.deleted or topic is None or (topic, partition) not in summary.log_end:
-            continue  # a deleted group or topic: no lag, nothing to deliver any more
+    for group, topic, partition, st in live:
+        if (topic, partition) not in summary.log_end:
+            continue  # the topic is gone
         tp, gp = (topic, partition), (group, topic, partition)
         end, log_start = summary.log_end[tp], summary.log_start[tp]
         if st.start_offset >= 0:
@@ -334,33 +289,26 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
             summary.share_states[gp] = state_counts(st, end)
         begin = consumption_begin(st, policies.get(group, "latest"), log_start)
         histogram[group].update(delivery_count_histogram(st, begin, end))
-        for f, l_, count in st.archived:
+        for f, l_, _count in st.archived:
             lo, hi = max(f, log_start), min(l_, end - 1)
-            if hi >= lo:
-                archived_ranges.append((group, topic, partition, lo, hi, count))
-                summary.archived_total += hi - lo + 1
+            summary.archived_total += max(0, hi - lo + 1)
     summary.delivery_counts = {g: dict(sorted(c.items())) for g, c in sorted(histogram.items()) if c}
 
-    # -- archived records ----------------------------------------------------------------------
-    say(f"joining {summary.archived_total} archived offsets to records/ -> archived/")
-    spans = spark.createDataFrame(archived_ranges, "group string, topic string, partition int, first_offset long, "
-                                                   "last_offset long, delivery_count int")
-    rec, a = records.alias("r"), F.broadcast(spans.alias("a"))  # a few ranges: broadcast, no shuffle of records
-    rec.join(a, (F.col("r.topic") == F.col("a.topic")) & (F.col("r.partition") == F.col("a.partition"))
-           & F.col("r.offset").between(F.col("a.first_offset"), F.col("a.last_offset"))) \
-        .select("a.group", "r.topic", "r.partition", "r.offset", "a.delivery_count", "r.timestamp", "r.key", "r.value") \
-        .write.mode("overwrite").parquet(str(output_dir / "archived"))
-    listed = spark.read.schema(_ARCHIVED_DDL).parquet(str(output_dir / "archived")) \
-        .orderBy("group", "topic", "partition", "offset").limit(ARCHIVED_LISTED).collect()
-    summary.archived = [ArchivedRecord(r.group, r.topic, r.partition, r.offset, r.delivery_count, r.timestamp,
-                                       preview(bytes(r.value) if r.value is not None else None)) for r in listed]
+    # The scan's archived records, within the log (DeleteRecords may have moved its start past some).
+    poison = tables["archived"]
+    if poison.num_rows:
+        log_start_of = pa.array([summary.log_start.get((t, p), 0) for t, p in
+                                 zip(poison.column("topic").to_pylist(), poison.column("partition").to_pylist())])
+        poison = poison.filter(pc.greater_equal(poison.column("offset"), log_start_of))
+    poison = poison.sort_by([("group", "ascending"), ("topic", "ascending"), ("partition", "ascending"),
+                             ("offset", "ascending")])
+    _write_table(poison, output_dir / "archived")
+    summary.archived = [ArchivedRecord(r["group"], r["topic"], r["partition"], r["offset"], r["delivery_count"],
+                                       r["timestamp"], preview(r["value"]))
+                        for r in poison.slice(0, ARCHIVED_LISTED).to_pylist()]
 
     # -- classic groups ------------------------------------------------------------------------
-    say("parsing __consumer_offsets -> consumer_offsets/")
-    parse(kinds.consumer_offsets, _offsets_task, OFFSETS_SCHEMA).write.mode("overwrite") \
-        .parquet(str(output_dir / "consumer_offsets"))
-    commits = [r.asDict() for r in table("consumer_offsets", OFFSETS_SCHEMA).collect()]
-    for gp, off in sorted(committed_offsets(commits).items()):
+    for gp, off in sorted(committed_offsets(tables["consumer_offsets"].to_pylist()).items()):
         if (gp[1], gp[2]) in summary.log_end:  # a commit for a topic that is gone has no lag
             summary.classic_committed[gp] = off
             summary.classic_lag[gp] = max(0, summary.log_end[(gp[1], gp[2])] - off)
@@ -369,20 +317,30 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     bucket = throughput_bucket_s or _bucket_seconds(first_ts, last_ts)
     summary.throughput_bucket_s = bucket
     say(f"throughput per {bucket} s -> throughput/")
-    records.where("timestamp >= 0") \
-        .select("topic", (F.floor(F.col("timestamp") / (1000 * bucket)) * bucket).cast("long").alias("bucket_start")) \
-        .groupBy("topic", "bucket_start").count() \
-        .write.mode("overwrite").parquet(str(output_dir / "throughput"))
+    seconds = tables["seconds"]
+    buckets = pa.table({"topic": seconds.column("topic"),
+                        "bucket_start": pc.multiply(pc.divide(seconds.column("second"), bucket), bucket),
+                        "count": seconds.column("count")})
+    throughput = buckets.group_by(["topic", "bucket_start"]).aggregate([("count", "sum")]) \
+        .rename_columns(["topic", "bucket_start", "count"]).sort_by([("topic", "ascending"), ("bucket_start", "ascending")])
+    _write_table(throughput.cast(THROUGHPUT_SCHEMA), output_dir / "throughput")
     series: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for row in spark.read.schema(_THROUGHPUT_DDL).parquet(str(output_dir / "throughput")).collect():
-        series[row.topic].append((row.bucket_start, row["count"]))
-    summary.throughput = {t: sorted(v) for t, v in sorted(series.items())}
+    for topic, start, count in zip(*(throughput.column(c).to_pylist() for c in ("topic", "bucket_start", "count"))):
+        series[topic].append((start, count))
+    summary.throughput = dict(sorted(series.items()))
 
     say("writing report.md, charts, share_lag/ and classic_lag/")
     _lag_tables(summary, output_dir)
+    charts_ready.join()
     _charts(summary, output_dir)
     (output_dir / "report.md").write_text(_markdown(summary, data_dir))
     return summary
+
+
+def _import_pyplot() -> None:
+    import matplotlib
+    matplotlib.use("Agg")  # no display: files only
+    import matplotlib.pyplot  # noqa: F401
 
 
 # -- report.md ------------------------------------------------------------------------------------

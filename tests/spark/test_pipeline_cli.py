@@ -76,6 +76,25 @@ def test_pipeline_arguments_are_checked(tmp_path):
     assert r.returncode == 2 and "is not a directory" in r.stderr
 
 
+def test_report_from_the_command_line(tmp_path):
+    """`pipeline report` as a user runs it: the tables and report.md written, the report's time and
+    rate printed apart from Spark's start-up."""
+    from sharebroker.protocol.record_batch import encode_batch
+
+    seg = tmp_path / "data" / "orders-0" / f"{0:020d}.log"
+    seg.parent.mkdir(parents=True)
+    seg.write_bytes(b"".join(bytes(encode_batch([(None, f"v{i}-{j}".encode()) for j in range(10)],
+                                                timestamp_ms=1_700_000_000_000, base_offset=10 * i))
+                             for i in range(3)))
+    out = tmp_path / "report"
+    r = pipeline("report", "--data-dir", str(tmp_path / "data"), "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "after Spark started" in r.stderr and "MB/s of log" in r.stderr
+    values = sorted(row["value"] for row in pq.read_table(out / "records" / "topic=orders").to_pylist())
+    assert values == sorted(f"v{i}-{j}".encode() for i in range(3) for j in range(10))
+    assert "| orders | 0 | 30 | 0 | 30 |" in (out / "report.md").read_text()
+
+
 def test_follow_export_survives_a_kill_9_and_resumes_from_its_checkpoint(spark, broker, tmp_path):
     """A streaming export killed with SIGKILL mid-stream (Spark and its JVM) and started again on
     its checkpoint: every record exactly once in the Parquet output, as Spark reads it."""
