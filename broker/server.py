@@ -94,7 +94,9 @@ class Broker:
                                      dead_letters=DeadLetters(self))
         if self.workers is not None:
             self.share.settings = self.workers.fresh_settings(self.share_groups)
-        self.share_groups.share_dlq_supported = lambda: self.features.share_dlq_supported
+        # Multi-worker mode has no dead-letter queues (appends do not cross workers): a group's
+        # DLQ setting from an earlier single-process run is ignored there, as with share.version 1.
+        self.share_groups.share_dlq_supported = lambda: self.features.share_dlq_supported and self.workers is None
         self.share_groups.leaders = self.share
         # Metrics only when metrics.listener is set: otherwise every hook is the null recorder's no-op.
         self.metrics: Recorder = MetricsRecorder() if config["metrics.listener"] else NULL_RECORDER

@@ -110,6 +110,12 @@ def _create_partitions_errors(req: DecodedRequest, code: ErrorCode, message: str
         {"name": t.name, "error_code": code, "error_message": message} for t in req.body.topics]}
 
 
+def _alter_configs_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": [
+        {"error_code": code, "error_message": message, "resource_type": r.resource_type, "resource_name": r.resource_name}
+        for r in req.body.resources]}
+
+
 def _txn_offset_commit_errors(req: DecodedRequest, code: ErrorCode, message: str) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
@@ -172,9 +178,11 @@ _PER_ENTRY_ERRORS: dict[int, Callable[[DecodedRequest, ErrorCode, str], dict[str
     28: _txn_offset_commit_errors,
     30: _create_acls_errors,
     31: _delete_acls_errors,
+    33: _alter_configs_errors,
     37: _create_partitions_errors,
     42: _delete_groups_errors,
     43: _elect_leaders_errors,
+    44: _alter_configs_errors,
     49: _alter_client_quotas_errors,
     51: _alter_user_scram_credentials_errors,
 }

@@ -48,13 +48,19 @@ def _resolve(broker: Broker, conn: Connection, key: str, key_type: int,
         if m is None:
             return ErrorCode.invalid_request, f"Invalid share coordinator key: {key}"
         try:
-            uuid.UUID(m.group(2)) if "-" in m.group(2) else _b64_uuid(m.group(2))
+            share_key_topic_id(m.group(2))
         except ValueError:
             return ErrorCode.invalid_request, f"Invalid topic id in share coordinator key: {key}"
         if int(m.group(3)) < 0:
             return ErrorCode.invalid_request, f"Invalid partition in share coordinator key: {key}"
         return ErrorCode.none, None
     return ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}."
+
+
+def share_key_topic_id(text: str) -> uuid.UUID:
+    """The topic id of a share coordinator key: Kafka's Uuid.toString() form, 22 characters of
+    URL-safe base64 (which may contain '-'), or else a dashed UUID."""
+    return _b64_uuid(text) if len(text) == 22 else uuid.UUID(text)
 
 
 def _b64_uuid(text: str) -> uuid.UUID:

@@ -52,6 +52,8 @@ _REFUSED = {
 }
 _FORWARDED = frozenset({19, 22, 33, 44})  # CreateTopics, InitProducerId, AlterConfigs, IncrementalAlterConfigs
 _BROKER_RESOURCES = frozenset({4, 8})  # BROKER, BROKER_LOGGER: one worker's settings only
+_GROUP_RESOURCE = 32
+DLQ_TOPIC = "errors.deadletterqueue.topic.name"
 # Requests after which this worker should see what worker 0 wrote (one stat of each file otherwise).
 # Metadata, JoinGroup, ConsumerGroupHeartbeat, ShareGroupHeartbeat; and the share-state RPCs that
 # start a share partition (Initialize, Read, ReadSummary), which may name a topic created a moment ago.
@@ -129,16 +131,14 @@ class WorkerCluster:
     def coordinator_node(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
         """FindCoordinator's answer for a key already checked: the worker owning the key's partition
         of `__consumer_offsets` (groups) or `__share_group_state` (share keys "group:topic id:partition")."""
-        from sharebroker.broker.apis.find_coordinator import _SHARE_KEY, _b64_uuid, SHARE, TRANSACTION
+        from sharebroker.broker.apis.find_coordinator import _SHARE_KEY, SHARE, TRANSACTION, share_key_topic_id
 
         if key_type == TRANSACTION:
             return ErrorCode.invalid_request, f"Transactions {UNSUPPORTED}.", -1, "", -1
         if key_type == SHARE:
             m = _SHARE_KEY.match(key)
             assert m is not None  # checked by the caller
-            text = m.group(2)
-            topic_id = uuid.UUID(text) if "-" in text else _b64_uuid(text)
-            owner = self.share_coordinator(m.group(1), topic_id, int(m.group(3)))
+            owner = self.share_coordinator(m.group(1), share_key_topic_id(m.group(2)), int(m.group(3)))
         else:
             owner = self.group_coordinator(key)
         return (ErrorCode.none, None, *self.node(owner))
@@ -216,6 +216,11 @@ class WorkerCluster:
                 return self._error(req, ErrorCode.invalid_request, f"Transactions {UNSUPPORTED}.")
             if key in (33, 44) and any(int(r.resource_type) in _BROKER_RESOURCES for r in req.body.resources):
                 return self._error(req, ErrorCode.invalid_request, f"Changing broker configs {UNSUPPORTED}.")
+            if key in (33, 44) and any(c.name == DLQ_TOPIC and c.value for r in req.body.resources
+                                       if int(r.resource_type) == _GROUP_RESOURCE for c in r.configs):
+                # A dead-letter topic's partitions may be led by another worker, and appends do not
+                # cross workers: refused rather than archived silently.
+                return self._error(req, ErrorCode.invalid_request, f"Setting {DLQ_TOPIC} (a share-group dead-letter queue) {UNSUPPORTED}.")
             if self.identity.index != 0:
                 try:
                     answer = await self.peers[0].forward(bytes(frame))  # copied: the buffer is reused

@@ -336,3 +336,19 @@ def test_written_state_survives_a_restart(make_broker, topic_name):
     err(read(b, group, tid, 1), INVALID_REQUEST)
     assert ok(summary(b, group, tid, 1)).start_offset == -1
     assert "Traceback" not in broker.log_text(), broker.log_text()[-4000:]
+
+
+def test_find_coordinator_takes_share_keys_whose_base64_topic_id_has_a_dash(broker):
+    """A share coordinator key names its topic by Kafka's Uuid.toString(): 22 characters of
+    URL-safe base64, where '-' and '_' are ordinary digits (about a third of all ids have one)."""
+    import base64
+
+    ids = [u for u in (uuid.uuid4() for _ in range(500)) if "-" in base64.urlsafe_b64encode(u.bytes).decode()][:5]
+    assert ids
+    keys = [f"{new_group()}:{base64.urlsafe_b64encode(u.bytes).decode().rstrip('=')}:0" for u in ids]
+    keys.append(f"{new_group()}:{ids[0]}:1")  # the dashed UUID form is taken too
+    keys.append(f"{new_group()}:not-a-topic-id:0")
+    with rk.RawClient(broker.bootstrap) as raw:
+        found = raw.request(rk.req_cls(10, 6)(key_type=2, coordinator_keys=tuple(keys)))
+    codes = {c.key: int(c.error_code) for c in found.coordinators}
+    assert codes == {**{k: NONE for k in keys[:-1]}, keys[-1]: INVALID_REQUEST}, found

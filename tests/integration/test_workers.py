@@ -25,6 +25,7 @@ from tests.integration.share_helpers import (
     new_group,
     poll_once,
     set_earliest,
+    set_group_configs,
     share_consumer,
 )
 
@@ -164,9 +165,15 @@ def test_what_multi_worker_mode_does_not_do_fails_clearly(sharebroker_factory: A
         a.delete_topics(["kept"], request_timeout=10)["kept"].result(15)
     with pytest.raises(KafkaException, match="INVALID_REQUEST"):
         a.create_partitions([NewPartitions("kept", 4)], request_timeout=10)["kept"].result(15)
+    for bootstrap in (w0, w1):  # a dead-letter queue would be archived silently: refused instead
+        with pytest.raises(KafkaException, match="INVALID_REQUEST"):
+            set_group_configs(bootstrap, new_group(), {"errors.deadletterqueue.topic.name": "dlq.kept"})
     refused = {e["message"] for e in broker.log_events("request refused in multi-worker mode")}
     assert {"DeleteTopics is not supported with worker.processes > 1 (experimental multi-worker mode).",
-            "CreatePartitions is not supported with worker.processes > 1 (experimental multi-worker mode)."} <= refused
+            "CreatePartitions is not supported with worker.processes > 1 (experimental multi-worker mode).",
+            "Setting errors.deadletterqueue.topic.name (a share-group dead-letter queue) is not supported with "
+            "worker.processes > 1 (experimental multi-worker mode)."
+            } <= refused
     leaders = _leaders(w0, "kept")
     assert len(leaders) == 2
 
