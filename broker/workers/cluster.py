@@ -18,7 +18,6 @@ import json
 import os
 import socket
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
