@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import socket
-import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -87,15 +86,13 @@ class WorkerCluster:
         topics.logs.shared_clean = self.identity.clean
         return RoutingPersister(local, self.identity, self.peers)
 
-    async def wait_for_worker_0(self, timeout_s: float = 120.0) -> None:
+    async def wait_for_worker_0(self) -> None:
         """Workers other than 0 open the data directory once worker 0 serves: by then the
-        internal topics are in the metadata file."""
+        internal topics are in the metadata file. No deadline: worker 0's recovery takes what it
+        takes, and the supervisor stops everyone if it dies."""
         if not self.identity.after:
             return
-        deadline = time.monotonic() + timeout_s
         while not os.path.exists(self.identity.after):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"worker 0 did not start within {timeout_s:.0f} s")
             await asyncio.sleep(0.01)
 
     def ensure_internal_topics(self) -> None:

@@ -23,7 +23,7 @@ from sharebroker.broker.acceptor import bind
 from sharebroker.broker.structured_log import get_logger
 from sharebroker.broker.workers import ENV, WorkerIdentity
 from sharebroker.config import BrokerConfig, ConfigError
-from sharebroker.storage.files import LogDirLock, write_atomic
+from sharebroker.storage.files import LogDirLock, fsync_dir, write_atomic
 from sharebroker.storage.log_manager import CLEAN_SHUTDOWN_FILE
 
 log = get_logger("sharebroker.workers")
@@ -70,12 +70,15 @@ class _Worker:
 
 def _fork_worker(config: BrokerConfig, identity: WorkerIdentity, ready: Path,
                  others: list[socket.socket]) -> _Worker:
+    supervisor = os.getpid()
     pid = os.fork()
     if pid:
         return _Worker(pid)
     code = 1
     try:  # the worker: never returns into the supervisor
         _unblock_signals()
+        if os.getppid() != supervisor:  # it died before the death signal was armed
+            os._exit(1)
         for sock in others:
             sock.close()
         os.environ[ENV] = identity.to_env()
@@ -113,7 +116,9 @@ def supervise(config: BrokerConfig, ready_file: Path | None) -> int:
     lock.acquire()
     marker = config.log_dir / CLEAN_SHUTDOWN_FILE
     clean = marker.exists()
-    marker.unlink(missing_ok=True)
+    if clean:  # gone for good before any worker writes: a crash from here on is recovered
+        marker.unlink()
+        fsync_dir(config.log_dir)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD})
     scratch = Path(tempfile.mkdtemp(prefix="sharebroker-workers-"))
     procs: list[_Worker] = []
@@ -125,8 +130,10 @@ def supervise(config: BrokerConfig, ready_file: Path | None) -> int:
                                       after="" if i == 0 else str(ready[0]))
             others = [sock for j, socks in enumerate(sockets) if j != i for sock in socks]
             procs.append(_fork_worker(config, identity, ready[i], others))
-        if not _wait_ready(procs, ready):
-            return _stop(procs, lock, marker, failed=True)
+        started = _wait_ready(procs, ready)
+        if started is not True:  # a worker died (failed) or SIGTERM/SIGINT came while starting
+            stopping = started == "stopped"
+            return _stop(procs, lock, marker, failed=not stopping)
         for socks in sockets:  # the workers hold them now
             for sock in socks:
                 sock.close()
@@ -162,17 +169,19 @@ def _unblock_signals() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _wait_ready(procs: list[_Worker], ready: dict[int, Path], timeout: float = 120.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(path.exists() for path in ready.values()):
-            return True
+def _wait_ready(procs: list[_Worker], ready: dict[int, Path]) -> bool | str:
+    """True once every worker serves; False when one exits first; "stopped" on SIGTERM/SIGINT.
+    No deadline: recovering a large directory after an unclean stop takes as long as it takes,
+    as for a single broker."""
+    while not all(path.exists() for path in ready.values()):
         if any(p.poll() is not None for p in procs):
             log.error("a worker exited while starting", exit_codes=[p.returncode for p in procs])
             return False
-        signal.sigtimedwait({signal.SIGCHLD}, 0.01)
-    log.error("workers did not become ready", timeout_s=timeout)
-    return False
+        info = signal.sigtimedwait({signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}, 0.01)
+        if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
+            log.info("stopping while the workers start", signal=signal.Signals(info.si_signo).name)
+            return "stopped"
+    return True
 
 
 def _stop(procs: list[_Worker], lock: LogDirLock, marker: Path, *, failed: bool) -> int:
