@@ -385,7 +385,7 @@ class ShareGroupCoordinator:
         subscribed_ids = None
         if subscribed is not None and before is not None:  # a subscription change keeps only subscribed topics
             subscribed_ids = {info.topic_id for info in self._topic_infos(set(member.subscribed)).values()}
-        group.advance_member(member_id, subscribed_ids)
+        group.advance_member(member_id, subscribed_ids, self.topics.by_id)
         # Kafka sends the assignment on a full request (a join sends its subscription) or when it
         # changed; a steady heartbeat compares one reference.
         assignment = None

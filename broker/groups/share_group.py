@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections import Counter
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -314,7 +315,10 @@ class ShareGroup:
     def compute_target(self, topics: dict[str, TopicInfo], now_ms: int) -> None:
         """The SimpleAssignor over every member, at the group epoch. Members move onto it at their
         own next heartbeat (`advance_member`)."""
-        previous = {m.member_id: m.assignment for m in self.members.values()}
+        # Sticky to the previous target, as Kafka's TargetAssignmentBuilder: with an interval,
+        # members that have not heartbeated since still hold older assignments, which can overlap.
+        # (A member not in it, after a restart that restored no target, keeps what it holds.)
+        previous = {m.member_id: self.target.get(m.member_id, m.assignment) for m in self.members.values()}
         target: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in self.members}
         for name in sorted(self.subscribed_topic_names()):
             info = topics.get(name)
@@ -330,11 +334,13 @@ class ShareGroup:
         self.assignment_time_ms = now_ms
         self.target = {m: {tid: frozenset(ps) for tid, ps in parts.items()} for m, parts in target.items()}
 
-    def advance_member(self, member_id: str, subscribed_ids: set[uuid.UUID] | None = None) -> None:
+    def advance_member(self, member_id: str, subscribed_ids: set[uuid.UUID] | None = None,
+                       existing: Container[uuid.UUID] | None = None) -> None:
         """Move a member onto the target assignment; only its own heartbeat does this, so the
         epoch it last saw stays valid until it has been told the new one. `subscribed_ids`, given
         when its subscription just changed, keeps only partitions of topics it still subscribes
-        to, as Kafka does before the next target is computed."""
+        to, and `existing` (the topic ids that exist) drops those of deleted topics, as Kafka's
+        assignment builder filters against the current metadata before the next target."""
         member = self.members[member_id]
         if member.epoch != self.assignment_epoch:
             member.previous_epoch = member.epoch
@@ -343,6 +349,9 @@ class ShareGroup:
             self.changed_members.add(member_id)
         if subscribed_ids is not None and any(tid not in subscribed_ids for tid in member.assignment):
             member.assignment = {tid: ps for tid, ps in member.assignment.items() if tid in subscribed_ids}
+            self.changed_members.add(member_id)
+        if existing is not None and any(tid not in existing for tid in member.assignment):
+            member.assignment = {tid: ps for tid, ps in member.assignment.items() if tid in existing}
             self.changed_members.add(member_id)
 
 

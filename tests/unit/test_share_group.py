@@ -768,3 +768,43 @@ def test_an_unsubscribed_topic_leaves_the_assignment_before_the_next_target() ->
     assert not g.reconcile(topics, now_ms=2, interval_ms=5_000)
     g.advance_member("a", {t.topic_id})
     assert set(g.members["a"].assignment) == {t.topic_id}
+
+
+def test_a_deleted_topic_leaves_the_assignment_before_the_next_target() -> None:
+    """Within the assignment interval no new target is computed, but a member's next heartbeat
+    no longer carries a topic that was deleted (Kafka filters against the current metadata)."""
+    t, u = topic("t", 1), topic("u", 1)
+    topics = {"t": t, "u": u}
+    g = ShareGroup("g")
+    hb(g, "a", 0, ("t", "u"))
+    init_all(g, topics)
+    g.reconcile(topics, now_ms=1, interval_ms=5_000)
+    g.advance_member("a", None, {t.topic_id, u.topic_id})
+    assert set(g.members["a"].assignment) == {t.topic_id, u.topic_id}
+    del topics["u"]  # deleted: the epoch moves, the interval holds the next target back
+    hb(g, "a", g.members["a"].epoch)
+    assert not g.reconcile(topics, now_ms=2, interval_ms=5_000)
+    g.advance_member("a", None, {t.topic_id})
+    assert set(g.members["a"].assignment) == {t.topic_id}
+    assert "a" in g.changed_members
+
+
+def test_the_next_target_is_sticky_to_the_previous_target() -> None:
+    """A member that has not heartbeated since the last target still holds an older assignment;
+    the next target starts from the previous target (Kafka's TargetAssignmentBuilder), so a member
+    that already moved is not moved again for it."""
+    t = topic("t", 4)
+    topics = {"t": t}
+    g = ShareGroup("g")
+    for m in ("a", "b"):
+        hb(g, m, 0, ("t",))
+    init_all(g, topics)
+    g.reconcile(topics, now_ms=1)
+    # The last target gave a {2, 3} and b {0, 1}; b took it, a still holds all four from before.
+    g.target = {"a": {t.topic_id: frozenset({2, 3})}, "b": {t.topic_id: frozenset({0, 1})}}
+    g.members["a"].assignment = {t.topic_id: frozenset({0, 1, 2, 3})}
+    g.members["b"].assignment = {t.topic_id: frozenset({0, 1})}
+    hb(g, "c", 0, ("t",), now=2)
+    g.reconcile(topics, now_ms=2)
+    nxt = {m: set(g.target[m].get(t.topic_id, ())) for m in ("a", "b", "c")}
+    assert nxt["a"] == {2, 3} and nxt["b"] <= {0, 1} and len(nxt["b"]) == 1, nxt
