@@ -21,6 +21,8 @@ from sharebroker.protocol.record_batch import BATCH_HEADER_SIZE, NONE, BatchHead
 
 LOCKSTEP_MIN = 8  # batches still walking below which the rest is finished record by record
 _PAD = 16  # zero bytes after the data: a varint read past a corrupt record's end stays in bounds
+_MAX_RAW = 2**31 - _PAD  # record bytes of one decode: Arrow's binary view offsets are int32
+_MIN_RECORD_SIZE = 7  # length, attributes, timestamp and offset deltas, key and value lengths, header count
 
 
 class ColumnarDecodeError(ValueError):
@@ -92,7 +94,7 @@ def _walk_one(d: bytes, pos: int, end: int, count: int, out: np.ndarray, at: int
         vstart = p
         p += max(vlen, 0)
         nh, p = _varint(d, p)
-        if length < 0 or p > rec_end or rec_end > end or nh < 0 or klen > length or vlen > length:
+        if length < 0 or p > rec_end or rec_end > end or nh < 0 or nh * 2 > rec_end - p or klen > length or vlen > length:
             raise ColumnarDecodeError("record runs past its length or its batch")
         out[:, j] = (tsd, offd, kstart, klen, vstart, vlen, nh)
         pos = rec_end
@@ -135,7 +137,8 @@ def _walk(d: np.ndarray, raw: bytes, starts: np.ndarray, ends: np.ndarray, count
         vstart = q
         q = q + np.maximum(vlen, 0)
         nh, q = _varints(d, q)
-        if bool(((q > rec_end) | (nh < 0)).any()):
+        # A header takes at least two bytes (two lengths): a count past the record is refused.
+        if bool(((q > rec_end) | (nh < 0) | (nh * 2 > rec_end - q)).any()):
             raise ColumnarDecodeError("record runs past its length or its batch")
         cols = at[:k] + step
         out[0, cols], out[1, cols], out[2, cols], out[3, cols] = tsd, offd, kstart, klen
@@ -193,9 +196,14 @@ def decode_batches(batches: Sequence[tuple[bytes | memoryview, BatchHeader]]) ->
         starts.append(at)
         at += len(body)
         ends.append(at)
+    if at >= _MAX_RAW:  # Arrow's view offsets are 32-bit: decoded apart, record by record
+        raise ColumnarDecodeError(f"{at} bytes of records in one chunk, over the columnar decoder's 2 GiB")
+    counts = np.fromiter((h.record_count for h in headers), dtype=np.int64, count=len(headers))
+    if bool((counts < 0).any()) or int(counts.sum()) * _MIN_RECORD_SIZE > at:
+        # A record takes at least 7 bytes: a count the bytes cannot hold is not allocated for.
+        raise ColumnarDecodeError("batch record counts exceed what their bytes can hold")
     raw = b"".join(bodies) + bytes(_PAD)
     d = np.frombuffer(raw, dtype=np.uint8)
-    counts = np.fromiter((h.record_count for h in headers), dtype=np.int64, count=len(headers))
     first = np.zeros(len(headers), dtype=np.int64)
     if len(headers) > 1:
         np.cumsum(counts[:-1], out=first[1:])

@@ -21,6 +21,7 @@ the output directory at the same paths (local[*] on the broker host, or shared s
 from __future__ import annotations
 
 import os
+import uuid
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -103,6 +104,9 @@ class _RecordFiles:
 
     def __init__(self, records: Path, task: int) -> None:
         self.records, self.name = records, f"part-{task:05d}.parquet"
+        # Unique per attempt: a speculative or lost attempt of the same task never writes into
+        # this one's file; the last attempt to finish replaces the part whole.
+        self.tmp = f".{self.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
         self.writers: dict[str, pq.ParquetWriter] = {}
         self.pending: dict[str, list[pa.RecordBatch]] = defaultdict(list)
         self.pending_bytes: dict[str, int] = defaultdict(int)
@@ -126,7 +130,7 @@ class _RecordFiles:
             d = topic_directory(self.records, topic)
             d.mkdir(parents=True, exist_ok=True)
             writer = self.writers[topic] = pq.ParquetWriter(
-                d / f".{self.name}.tmp", RECORD_FILE_SCHEMA, compression="snappy",
+                d / self.tmp, RECORD_FILE_SCHEMA, compression="snappy",
                 # Dictionaries only where values repeat: keys and values rarely do.
                 use_dictionary=["partition", "timestamp_type", "headers", "producer_id", "compression"])
         writer.write_table(pa.Table.from_batches(batches, RECORD_FILE_SCHEMA))
@@ -137,7 +141,16 @@ class _RecordFiles:
         for topic, writer in self.writers.items():
             writer.close()
             d = topic_directory(self.records, topic)
-            os.replace(d / f".{self.name}.tmp", d / self.name)
+            os.replace(d / self.tmp, d / self.name)
+
+    def abort(self) -> None:
+        """A failed task: its writers closed and its temporary files removed."""
+        for topic, writer in self.writers.items():
+            try:
+                writer.close()
+            finally:
+                (topic_directory(self.records, topic) / self.tmp).unlink(missing_ok=True)
+        self.writers.clear()
 
 
 def _archived_rows(seg: Segment, ranges: Sequence[tuple[int, int, str, int]], cols: DecodedColumns, lo: int,
@@ -250,32 +263,36 @@ def scan_task(task: int, segments: Sequence[Segment], output: str,
                     poison.append(_archived_rows(seg, archived[(seg.topic, seg.partition)], cols, at, at + n))
             at += n
 
-    pieces: list[tuple[Segment, bytes, list[BatchHeader]]] = []
-    size = 0
-    for seg in segments:
-        with mapped(seg.path) as buf:
-            walk = SegmentWalk(seg, buf)
-            if seg.topic == OFFSETS_TOPIC:
-                for name, values in consumer_offset_rows(seg, walk).items():
-                    offsets[name] += values
-            elif not seg.internal:
-                headers: list[BatchHeader] = []
-                for h in walk:
-                    headers.append(h)
-                    size += h.size
-                    if size >= CHUNK_BYTES:  # decode what is gathered; the segment goes on in the next chunk
+    try:
+        pieces: list[tuple[Segment, bytes, list[BatchHeader]]] = []
+        size = 0
+        for seg in segments:
+            with mapped(seg.path) as buf:
+                walk = SegmentWalk(seg, buf)
+                if seg.topic == OFFSETS_TOPIC:
+                    for name, values in consumer_offset_rows(seg, walk).items():
+                        offsets[name] += values
+                elif not seg.internal:
+                    headers: list[BatchHeader] = []
+                    for h in walk:
+                        headers.append(h)
+                        size += h.size
+                        if size >= CHUNK_BYTES:  # decode what is gathered; the segment goes on in the next chunk
+                            pieces.append(_piece(seg, buf, headers))
+                            decode(pieces)
+                            pieces, headers, size = [], [], 0
+                    if headers:
                         pieces.append(_piece(seg, buf, headers))
-                        decode(pieces)
-                        pieces, headers, size = [], [], 0
-                if headers:
-                    pieces.append(_piece(seg, buf, headers))
-            else:
-                for _h in walk:
-                    pass  # another internal topic: summarized only
-            assert walk.summary is not None
-            summaries.append(summary_row(seg, walk.summary))
-    decode(pieces)
-    files.close()
+                else:
+                    for _h in walk:
+                        pass  # another internal topic: summarized only
+                assert walk.summary is not None
+                summaries.append(summary_row(seg, walk.summary))
+        decode(pieces)
+        files.close()
+    except BaseException:
+        files.abort()
+        raise
 
     topics: list[str] = []
     secs: list[np.ndarray] = []

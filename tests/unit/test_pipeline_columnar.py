@@ -204,3 +204,42 @@ def test_the_scan_names_the_segment_and_batch_the_reference_decoder_refuses(tmp_
     (seg,) = list_segments(tmp_path / "data")
     with pytest.raises(ValueError, match=f"{path}: batch at offset 1 does not decode"):
         scan_task(0, [seg], str(tmp_path / "out"))
+
+
+def _recrc(batch: bytearray) -> bytes:
+    from sharebroker.protocol.crc import crc32c
+
+    batch[8:12] = (len(batch) - 12).to_bytes(4, "big")
+    batch[17:21] = crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    return bytes(batch)
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_a_header_count_past_its_record_is_refused(lockstep):
+    """A header count the record's bytes cannot hold (each header takes two length bytes at least)
+    is refused, not carried into the columns."""
+    from sharebroker.protocol.record_batch import read_header
+
+    batch = bytearray(encode_batch([(b"k", b"value")] * 3, timestamp_ms=TS))
+    # The first record: length, attributes, ts delta, offset delta, key length, key, value length,
+    # value, then the header count (0).
+    at = 61 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 5
+    assert batch[at] == 0
+    batch[at] = 0x7E  # zigzag(63): 63 headers in no bytes
+    data = _recrc(batch)
+    h = read_header(data, 0)
+    with pytest.raises(ColumnarDecodeError):
+        decode_batches([(data, h)] * (20 if lockstep else 1))
+
+
+def test_a_record_count_its_bytes_cannot_hold_is_refused_before_allocating():
+    """A huge record count under a valid CRC is refused before columns for it are allocated."""
+    from sharebroker.protocol.record_batch import read_header
+
+    batch = bytearray(encode_batch([(b"k", b"value")] * 3, timestamp_ms=TS))
+    batch[57:61] = (2**31 - 1).to_bytes(4, "big")  # the batch header's record count
+    data = _recrc(batch)
+    h = read_header(data, 0)
+    assert h.record_count == 2**31 - 1
+    with pytest.raises(ColumnarDecodeError, match="record counts"):
+        decode_batches([(data, h)])
