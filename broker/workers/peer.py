@@ -79,8 +79,11 @@ class Peer:
         corr, frame = codec.encode(build(load_request_schema(key, version), data))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[corr] = fut
-        writer.write(frame)
-        return await fut
+        try:
+            writer.write(frame)
+            return await fut
+        finally:
+            self._waiting.pop(corr, None)  # answered, failed or cancelled: nothing left waiting
 
     async def forward(self, frame: bytes | memoryview) -> bytes:
         """Send a request frame (without its size prefix) as is; its response frame, size-prefixed."""
@@ -92,11 +95,15 @@ class Peer:
                 writer.write(_SIZE.pack(len(frame)) + bytes(frame))
                 size = await reader.readexactly(4)
                 body = await reader.readexactly(_SIZE.unpack(size)[0])
-            except (OSError, asyncio.IncompleteReadError) as exc:
+            except BaseException as exc:
+                # Any failure, a cancellation included, may leave a response unread on the
+                # connection, which the next forward would hand to another client: start afresh.
                 if self._forward_conn is not None:
                     self._forward_conn[1].close()
                 self._forward_conn = None
-                raise self._unavailable(exc) from exc
+                if isinstance(exc, (OSError, asyncio.IncompleteReadError)):
+                    raise self._unavailable(exc) from exc
+                raise
             return size + body
 
     def close(self) -> None:
