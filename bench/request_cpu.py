@@ -235,13 +235,14 @@ def profiled(pid: int, name: str | None, rate: int = 500) -> Iterator[None]:
     print("\n".join(summarize(raw, top=40)))
 
 
-def one_run(tree: Path | None, n: int, value_size: int, version: int, profile: bool = False) -> dict[str, float]:
+def one_run(tree: Path | None, n: int, value_size: int, version: int, profile: bool = False,
+            overrides: dict[str, str] | None = None) -> dict[str, float]:
     env_before = os.environ.get("PYTHONPATH")
     with tempfile.TemporaryDirectory(prefix="sharebroker-reqcpu-") as tmp:
         if tree is not None:
             os.environ["PYTHONPATH"] = str(tree)
         try:
-            broker = BrokerProcess(Path(tmp) / "data").start()
+            broker = BrokerProcess(Path(tmp) / "data", overrides or {}).start()
         finally:
             if env_before is None:
                 os.environ.pop("PYTHONPATH", None)
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--share-fetch-version", type=int, default=1, choices=(1, 2))
     ap.add_argument("--baseline", type=Path, default=None, help="a tree of another commit to run beside this one")
+    ap.add_argument("--with", dest="with_settings", action="append", default=[], metavar="NAME=VALUE",
+                    help="also run this tree with these broker settings, alternating (e.g. metrics.listener=127.0.0.1:0)")
     ap.add_argument("--profile", action="store_true",
                     help="one run of this tree under py-spy; prints where each path's time goes")
     args = ap.parse_args(argv)
@@ -286,13 +289,16 @@ def main(argv: list[str] | None = None) -> None:
         res = one_run(None, args.requests, args.value_size, args.share_fetch_version, profile=True)
         print(f"Produce {res['produce_us']:.1f} µs, ShareFetch+ack {res['fetch_us']:.1f} µs (py-spy adds some)")
         return
-    trees: list[tuple[str, Path | None]] = [("this tree", None)]
+    trees: list[tuple[str, Path | None, dict[str, str]]] = [("this tree", None, {})]
     if args.baseline is not None:
-        trees.insert(0, (f"baseline {args.baseline}", args.baseline.resolve()))
-    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
+        trees.insert(0, (f"baseline {args.baseline}", args.baseline.resolve(), {}))
+    if args.with_settings:
+        settings = dict(s.split("=", 1) for s in args.with_settings)
+        trees.append((f"this tree with {', '.join(args.with_settings)}", None, settings))
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in trees}
     for run in range(args.runs):
-        for name, tree in trees:
-            res = one_run(tree, args.requests, args.value_size, args.share_fetch_version)
+        for name, tree, overrides in trees:
+            res = one_run(tree, args.requests, args.value_size, args.share_fetch_version, overrides=overrides)
             results[name].append(res)
             print(f"run {run + 1} {name}: Produce {res['produce_us']:.1f} µs ({res['produce_sys_us']:.1f} in the "
                   f"kernel), ShareFetch+ack {res['fetch_us']:.1f} µs ({res['fetch_sys_us']:.1f} in the kernel)",
