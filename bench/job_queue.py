@@ -26,13 +26,14 @@ TOPIC = "jobs"
 GROUP = "workers"
 
 
-def produce_jobs(bootstrap: str, n: int, out) -> None:
-    """Untimed set-up: n jobs, each its own batch (linger.ms=0, batch.num.messages=1)."""
+def produce_jobs(bootstrap: str, n: int, out, partitions: int = 1) -> None:
+    """Untimed set-up: n jobs round-robin over the partitions, each its own batch (linger.ms=0,
+    batch.num.messages=1)."""
     try:
         failed = [0]
         p = clients.make_producer(bootstrap, failed, **{"linger.ms": 0, "batch.num.messages": 1, "acks": 1})
         for i in range(n):
-            clients.produce_when_room(p, TOPIC, b"job-%d" % i, 0.005, partition=0)
+            clients.produce_when_room(p, TOPIC, b"job-%d" % i, 0.005, partition=i % partitions)
             if i % 1000 == 0:
                 p.poll(0)
         left = p.flush(300)
@@ -41,39 +42,46 @@ def produce_jobs(bootstrap: str, n: int, out) -> None:
         out.put({"error": f"produce jobs: {e!r}"})
 
 
-def worker(bootstrap: str, index: int, n: int, seen, counters, marks, lock, stop, max_poll: int = 1) -> None:
-    """One explicit-ack worker: poll up to `max_poll` jobs, ACCEPT each. counters = [distinct,
-    deliveries, redelivered]; marks = [first delivery, drained]."""
+def worker(bootstrap: str, index: int, n: int, per_partition: int, bitmaps, counters, marks, lock, stop,
+           max_poll: int = 1) -> None:
+    """One explicit-ack worker: poll up to `max_poll` jobs, ACCEPT each. bitmaps = a job seen, per
+    partition and offset; counters = [distinct, deliveries, redelivered]; marks = [first delivery,
+    drained]."""
     with clients.share_consumer(bootstrap, GROUP, f"worker-{index}", TOPIC,
                                 **{"share.acknowledgement.mode": "explicit", "max.poll.records": max_poll}) as c:
         for msgs in clients.polls(c, stop, 0.2):
             now = time.perf_counter()
             for m in msgs:
-                if m.error() is not None:
-                    continue
-                c.acknowledge(m)
-                with lock:
-                    if marks[0] == 0.0:
-                        marks[0] = now
+                if m.error() is None:
+                    c.acknowledge(m)
+            with lock:
+                if marks[0] == 0.0:
+                    marks[0] = now
+                for m in msgs:
+                    if m.error() is not None:
+                        continue
                     counters[1] += 1
-                    off = m.offset()
-                    if off < n and not seen[off]:
-                        seen[off] = 1
+                    part, off = m.partition(), m.offset()
+                    if part < len(bitmaps) and off < per_partition and not bitmaps[part][off]:
+                        bitmaps[part][off] = 1
                         counters[0] += 1
                     else:
                         counters[2] += 1
-                    if counters[0] >= n and marks[1] == 0.0:
-                        marks[1] = time.perf_counter()
-                        stop.set()
+                if counters[0] >= n and marks[1] == 0.0:
+                    marks[1] = time.perf_counter()
+                    stop.set()
         clients.commit_quietly(c)
 
 
-def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600, max_poll: int = 1) -> dict[str, Any]:
-    seen = CTX.RawArray("B", n)
+def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600, max_poll: int = 1,
+          partitions: int = 1) -> dict[str, Any]:
+    per_partition = -(-n // partitions) + 1
+    bitmaps = [CTX.RawArray("B", per_partition) for _ in range(partitions)]
     counters = CTX.RawArray("q", 3)
     marks = CTX.RawArray("d", 2)
     lock, stop = CTX.Lock(), CTX.Event()
-    procs = [child(worker, bootstrap, i, n, seen, counters, marks, lock, stop, max_poll) for i in range(consumers)]
+    procs = [child(worker, bootstrap, i, n, per_partition, bitmaps, counters, marks, lock, stop, max_poll)
+             for i in range(consumers)]
     ok = stop.wait(timeout)
     stop.set()
     reap(procs)

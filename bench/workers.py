@@ -26,15 +26,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench import clients
-from bench.run import CTX, PARTITIONS, SHARE_TOPIC, child, create_topic, reap, rss_mb, run_for_result, share_drain
+from bench import job_queue as bench_job_queue
+from bench.run import PARTITIONS, SHARE_TOPIC, create_topic, rss_mb, run_for_result, share_drain
 from sharebroker.testing import BrokerProcess
 
-JOBS = "jobs"
-GROUP = "workers"
+JOBS = bench_job_queue.TOPIC
+GROUP = bench_job_queue.GROUP
 
 
 def _pids(root: int) -> list[int]:
@@ -89,71 +91,15 @@ def fresh_broker(workers: int) -> Iterator[BrokerProcess]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def produce_jobs(bootstrap: str, n: int, out: Any) -> None:
-    """Untimed set-up: n jobs round-robin over the partitions, each its own batch."""
-    try:
-        failed = [0]
-        p = clients.make_producer(bootstrap, failed, **{"linger.ms": 0, "batch.num.messages": 1, "acks": 1})
-        for i in range(n):
-            clients.produce_when_room(p, JOBS, b"job-%d" % i, 0.005, partition=i % PARTITIONS)
-            if i % 1000 == 0:
-                p.poll(0)
-        left = p.flush(300)
-        out.put({"error": f"{left} undelivered, {failed[0]} failed"} if left or failed[0] else {"ok": True})
-    except Exception as e:  # noqa: BLE001 - reported to the runner
-        out.put({"error": f"produce jobs: {e!r}"})
-
-
-def job_worker(bootstrap: str, index: int, n: int, per_partition: int, bitmaps: Any, counters: Any, marks: Any,
-               lock: Any, stop: Any, max_poll: int) -> None:
-    """One explicit-ack worker: ACCEPT every job. counters = [distinct, deliveries, redelivered];
-    marks = [first delivery, drained]."""
-    with clients.share_consumer(bootstrap, GROUP, f"worker-{index}", JOBS,
-                                **{"share.acknowledgement.mode": "explicit", "max.poll.records": max_poll}) as c:
-        for msgs in clients.polls(c, stop, 0.2):
-            now = time.perf_counter()
-            for m in msgs:
-                if m.error() is None:
-                    c.acknowledge(m)
-            with lock:
-                if marks[0] == 0.0:
-                    marks[0] = now
-                for m in msgs:
-                    if m.error() is not None:
-                        continue
-                    counters[1] += 1
-                    part, off = m.partition(), m.offset()
-                    if part < len(bitmaps) and off < per_partition and not bitmaps[part][off]:
-                        bitmaps[part][off] = 1
-                        counters[0] += 1
-                    else:
-                        counters[2] += 1
-                if counters[0] >= n and marks[1] == 0.0:
-                    marks[1] = time.perf_counter()
-                    stop.set()
-        clients.commit_quietly(c)
-
-
 def job_queue(workers: int, n: int, consumers: int, max_poll: int) -> dict[str, Any]:
     with fresh_broker(workers) as b:
         create_topic(b.bootstrap, JOBS, PARTITIONS, share_group=GROUP)
-        run_for_result(produce_jobs, b.bootstrap, n)
-        per_partition = -(-n // PARTITIONS) + 1
-        bitmaps = [CTX.RawArray("B", per_partition) for _ in range(PARTITIONS)]
-        counters, marks = CTX.RawArray("q", 3), CTX.RawArray("d", 2)
-        lock, stop = CTX.Lock(), CTX.Event()
+        run_for_result(partial(bench_job_queue.produce_jobs, partitions=PARTITIONS), b.bootstrap, n)
         cpu0 = cpu_seconds(b.proc.pid)
-        procs = [child(job_worker, b.bootstrap, i, n, per_partition, bitmaps, counters, marks, lock, stop, max_poll)
-                 for i in range(consumers)]
-        ok = stop.wait(600)
+        res = bench_job_queue.drain(b.bootstrap, n, consumers, max_poll=max_poll, partitions=PARTITIONS)
         cpu = cpu_seconds(b.proc.pid) - cpu0
-        stop.set()
-        reap(procs)
-        if not ok or marks[1] == 0.0:
-            raise RuntimeError(f"job drain timed out: {counters[0]}/{n}")
-        secs = marks[1] - marks[0]
-        return {"jobs": n, "consumers": consumers, "max_poll_records": max_poll, "jobs_per_s": round(n / secs),
-                "seconds": round(secs, 2), "redelivered": counters[2], "broker_cpu_s": round(cpu, 2),
+        return {"jobs": n, "consumers": consumers, "max_poll_records": max_poll, "jobs_per_s": round(res["jobs_per_s"]),
+                "seconds": round(res["seconds"], 2), "redelivered": res["redelivered"], "broker_cpu_s": round(cpu, 2),
                 "cpu_us_per_job": round(cpu / n * 1e6, 1), "rss_mb": round(rss_total_mb(b.proc.pid), 1)}
 
 

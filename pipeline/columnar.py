@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from sharebroker.protocol.record_batch import BATCH_HEADER_SIZE, NONE, BatchHeader, decompress
+from sharebroker.protocol.record_batch import BATCH_HEADER_SIZE, NONE, BatchHeader, InvalidRecordError, decompress
+from sharebroker.protocol.record_batch import _varint
 
 LOCKSTEP_MIN = 8  # batches still walking below which the rest is finished record by record
 _PAD = 16  # zero bytes after the data: a varint read past a corrupt record's end stays in bounds
@@ -62,19 +63,6 @@ def _varints(d: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         more = more[(b & 0x80) != 0]
         shift += 7
     return (val >> np.uint64(1)).astype(np.int64) ^ -(val & np.uint64(1)).astype(np.int64), nxt
-
-
-def _varint(d: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = d[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ColumnarDecodeError("varint longer than 10 bytes")
 
 
 _FIELDS = 7  # record end, timestamp delta, offset delta, key start, key length, value start, value length
@@ -211,6 +199,8 @@ def decode_batches(batches: Sequence[tuple[bytes | memoryview, BatchHeader]]) ->
         fields = _walk(d, raw, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), counts, first)
     except (IndexError, OverflowError) as exc:
         raise ColumnarDecodeError("records end before the batch's record count") from exc
+    except InvalidRecordError as exc:  # the codec's varint reader: longer than 10 bytes
+        raise ColumnarDecodeError(str(exc)) from exc
     tsd, offd, kstart, klen, vstart, vlen, nh = fields
 
     def per_record(values: Iterable[int], dtype: type) -> np.ndarray:
