@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import resource
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,9 +19,10 @@ from tests.integration import rawkafka as rk
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
 
 
-def _corpus() -> list[bytes]:
+def corpus_requests() -> list[Any]:
+    """Well-formed requests of the commonest APIs and versions, as kio entities."""
     batch = bytes(encode_batch([(b"k", b"job-1"), (None, b"job-2")], timestamp_ms=1))
-    reqs = [
+    return [
         rk.produce_request("jobs", 0, batch, version=9),
         rk.produce_request("jobs", 3, batch, version=3),
         rk.metadata_request(["a", "b"], version=12),
@@ -29,7 +31,10 @@ def _corpus() -> list[bytes]:
         rk.api_versions_request(3),
         rk.init_producer_id_request(),
     ]
-    frames = [rk.encode_request(r, 7)[4:] for r in reqs]
+
+
+def _corpus() -> list[bytes]:
+    frames = [rk.encode_request(r, 7)[4:] for r in corpus_requests()]
     frames.append(bytes.fromhex("000000170003000d00000002000772646b61666b6100ffffffff0f")[4:])
     return frames
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sharebroker.protocol import bounds
 from sharebroker.protocol.api_table import API_VERSIONS
 from sharebroker.protocol.codec import peek_header, request_class
-from sharebroker.protocol.record_batch import encode_batch
+from tests.fuzz.test_decode_fuzz import corpus_requests
 from tests.integration import rawkafka as rk
 from tests.integration.share_helpers import heartbeat_request, share_ack_request, share_fetch_request
 
@@ -23,16 +23,9 @@ TOPIC_ID = uuid.UUID("0f0e0d0c-0b0a-0908-0706-050403020100")
 
 
 def _corpus() -> list[bytes]:
-    batch = bytes(encode_batch([(b"k", b"job-1"), (None, b"job-2")], timestamp_ms=1))
     acks = {(TOPIC_ID, 0): [(5, 5, [1]), (6, 9, [1, 2, 3, 0])], (TOPIC_ID, 3): [(10, 19, [2])]}
     reqs = [
-        rk.produce_request("jobs", 0, batch, version=9),
-        rk.produce_request("jobs", 3, batch, version=3),
-        rk.metadata_request(["a", "b"], version=12),
-        rk.metadata_request(None, version=4),
-        rk.fetch_request("jobs", 0, 5),
-        rk.api_versions_request(3),
-        rk.init_producer_id_request(),
+        *corpus_requests(),
         heartbeat_request("workers", "m" * 22, 0, ["jobs", "more"], rack="r1"),
         heartbeat_request("workers", "m" * 22, 3),
         share_fetch_request("workers", "m" * 22, 4, partitions=[(TOPIC_ID, 0), (TOPIC_ID, 1)], acks=acks,
