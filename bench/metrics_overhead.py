@@ -209,7 +209,7 @@ def hook_cost_us(n: int = 200_000) -> float:
         started = clock()
         errors: dict[str, int] = {}
         count_errors(resp, errors)
-        r.request(0, 11, (clock() - started) * 1000, errors)
+        r.request((0, 11), (clock() - started) * 1000, errors)
     return (clock() - t0) / n * 1e6
 
 
@@ -255,7 +255,7 @@ def event_cost_us(n: int = 100_000) -> float:
     leader = SimpleNamespace(clock=LoopClock(), history=deque(maxlen=HISTORY_EVENTS), trace=False)
     t0 = time.perf_counter()
     for i in range(n):
-        SharePartitionLeader._events(leader, "accept", "member", ((i, i, 1),))  # type: ignore[arg-type]
+        SharePartitionLeader._event(leader, "accept", "member", i, i, 1)  # type: ignore[arg-type]
     return (time.perf_counter() - t0) / n * 1e6
 
 

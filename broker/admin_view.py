@@ -412,7 +412,7 @@ class AdminView:
                 if len(rows) >= POISON_TOTAL:
                     break
                 key, value = self.payload(leader, offset)
-                history = [e for e in (leader.history or ()) if e.first <= offset <= e.last]
+                history = [e for e in leader.events() if e.first <= offset <= e.last]
                 hist = "".join(f"<li>{esc(time.strftime('%H:%M:%S', time.gmtime(e.wall_ms / 1000)))} {esc(e.kind)}"
                                + (f" by <code>{esc(e.member)}</code>" if e.member else "")
                                + (f" (delivery {e.delivery_count})" if e.delivery_count > 0 else "") + "</li>"

@@ -155,7 +155,13 @@ class Connection:
                 if metrics.enabled:
                     started = time.perf_counter()
                     response = await self._process(frame)
-                    self._record(metrics, frame, response, (time.perf_counter() - started) * 1000)
+                    elapsed_ms = (time.perf_counter() - started) * 1000
+                    last = self._last
+                    if last is not None:
+                        metrics.request(last, elapsed_ms, self.response_errors or self._errors or _NO_ERROR)
+                        self._last = self._errors = self.response_errors = None
+                    else:
+                        self._refused(metrics, frame, response, elapsed_ms)
                 else:
                     response = await self._process(frame)
                 frames.recycle(frame)
@@ -304,22 +310,16 @@ class Connection:
                       throttle_ms=throttle)
         return resp
 
-    def _record(self, metrics: Recorder, frame: bytes | memoryview, response: object, elapsed_ms: float) -> None:
-        """Count one request: its API and version, time, and the error codes of its response as
+    def _refused(self, metrics: Recorder, frame: bytes | memoryview, response: object, elapsed_ms: float) -> None:
+        """Count a request refused before a handler ran (unsupported version, bad frame). The
+        others are counted in serve: API and version, time, and the error codes of the response as
         Kafka's errorCounts has them (top level, topics, partitions; NONE included)."""
-        if self._last is None:
-            try:  # refused before a handler ran (unsupported version, bad frame)
-                api_key, api_version, _ = peek_header(frame)
-            except Exception:
-                return
-            errors = {"UNSUPPORTED_VERSION" if response else "INVALID_REQUEST": 1}
-        else:
-            api_key, api_version = self._last
-            errors = self.response_errors or self._errors or _NO_ERROR
-        self._last = None
-        self._errors = None
-        self.response_errors = None
-        metrics.request(api_key, api_version, elapsed_ms, errors)
+        try:
+            api_key, api_version, _ = peek_header(frame)
+        except Exception:
+            return
+        self._errors = self.response_errors = None
+        metrics.request((api_key, api_version), elapsed_ms, {"UNSUPPORTED_VERSION" if response else "INVALID_REQUEST": 1})
 
     def _log_frame_error(self, exc: FrameError) -> None:
         log.warning("unservable request, closing connection", conn=self.id, peer=self.peer,

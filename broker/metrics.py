@@ -110,8 +110,8 @@ class Recorder:
 
     enabled = False
 
-    def request(self, api_key: int, version: int, elapsed_ms: float, errors: dict[str, int]) -> None:
-        """One request answered (or closed on): its API, version, time, and the error codes of its
+    def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int]) -> None:
+        """One request ((API key, version)) answered (or closed on): its API, version, time, and the error codes of its
         response by name (NONE included)."""
 
     def produced(self, topic: str, records: int, size: int) -> None:
@@ -120,12 +120,17 @@ class Recorder:
     def fetched(self, topic: str, size: int) -> None:
         """Record bytes answered to a Fetch or ShareFetch for one partition (BytesOutPerSec)."""
 
-    def share_acknowledged(self, counts: dict[int, int]) -> None:
-        """One partition's acknowledgements were applied: records per acknowledge type."""
+    def share_acknowledged(self, batches: list[tuple[int, int, list[int]]]) -> None:
+        """One partition's acknowledgement batches ((first offset, last offset, acknowledge types))
+        were applied: records per acknowledge type (gaps are not counted)."""
 
     def share_requests(self, kind: str, topics: dict[str, bool]) -> None:
         """One ShareFetch ("fetch") or one request's acknowledgements ("acknowledgement"): each
         topic it named, and whether a partition of that topic failed (Kafka counts per topic)."""
+
+    def share_requests_ok(self, keys: tuple[tuple[str, str], ...]) -> None:
+        """One request of these (kind, topic) keys in which no partition failed: share_requests
+        for the hot path, with the keys a share session keeps."""
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         """A share partition's state was read from the share coordinator (PartitionLoadTimeMs)."""
@@ -140,15 +145,25 @@ class Recorder:
         """A group's epoch (or a classic group's generation) moved on."""
 
 
+# Requests a recorder notes before it folds them into its counts (a scrape folds them at once).
+_FOLD_AT = 2048
+
+
 class MetricsRecorder(Recorder):
-    """The counting recorder (metrics.listener set)."""
+    """The counting recorder (metrics.listener set).
+
+    A request is only noted in a journal (one append): folding it into the per-API counts, the
+    latency histogram and the error counts touches several dicts, which between two requests have
+    left the CPU's caches, so done one at a time it cost several times its in-loop price. The
+    journal is folded in one warm loop when it fills or when the counts are read."""
 
     enabled = True
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[int, int], int] = {}
-        self.latency: dict[int, Histogram] = {}
-        self.errors: dict[tuple[int, str], int] = {}
+        self._journal: list[tuple[tuple[int, int], float, dict[str, int]]] = []
+        self._requests: dict[tuple[int, int], int] = {}
+        self._latency: dict[int, Histogram] = {}
+        self._errors: dict[tuple[int, str], int] = {}
         self.messages_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
@@ -161,18 +176,44 @@ class MetricsRecorder(Recorder):
         self.at_limit: dict[ShareKey, int] = {}
         self.rebalances: dict[str, int] = {"classic": 0, "consumer": 0, "share": 0}
 
-    def request(self, api_key: int, version: int, elapsed_ms: float, errors: dict[str, int]) -> None:
-        requests = self.requests
-        key = (api_key, version)
-        requests[key] = requests.get(key, 0) + 1
-        hist = self.latency.get(api_key)
-        if hist is None:
-            hist = self.latency[api_key] = Histogram(LATENCY_BUCKETS_MS)
-        hist.observe(elapsed_ms)
-        counted = self.errors
-        for name, n in errors.items():
-            ekey = (api_key, name)
-            counted[ekey] = counted.get(ekey, 0) + n
+    @property
+    def requests(self) -> dict[tuple[int, int], int]:
+        """(api key, version) -> requests answered."""
+        self.fold()
+        return self._requests
+
+    @property
+    def latency(self) -> dict[int, Histogram]:
+        """api key -> request time histogram (ms)."""
+        self.fold()
+        return self._latency
+
+    @property
+    def errors(self) -> dict[tuple[int, str], int]:
+        """(api key, error name) -> error codes in responses, NONE included."""
+        self.fold()
+        return self._errors
+
+    def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int]) -> None:
+        journal = self._journal
+        journal.append((key, elapsed_ms, errors))
+        if len(journal) >= _FOLD_AT:
+            self.fold()
+
+    def fold(self) -> None:
+        """Count the requests noted since the last fold."""
+        journal, self._journal = self._journal, []
+        requests, latency, counted = self._requests, self._latency, self._errors
+        for key, elapsed_ms, errors in journal:
+            requests[key] = requests.get(key, 0) + 1
+            api_key = key[0]
+            hist = latency.get(api_key)
+            if hist is None:
+                hist = latency[api_key] = Histogram(LATENCY_BUCKETS_MS)
+            hist.observe(elapsed_ms)
+            for name, n in errors.items():
+                ekey = (api_key, name)
+                counted[ekey] = counted.get(ekey, 0) + n
 
     def produced(self, topic: str, records: int, size: int) -> None:
         self.messages_in[topic] = self.messages_in.get(topic, 0) + records
@@ -181,11 +222,16 @@ class MetricsRecorder(Recorder):
     def fetched(self, topic: str, size: int) -> None:
         self.bytes_out[topic] = self.bytes_out.get(topic, 0) + size
 
-    def share_acknowledged(self, counts: dict[int, int]) -> None:
-        acks = self.record_acks
-        for ack_type, n in counts.items():
-            if ack_type in acks:
-                acks[ack_type] += n
+    def share_acknowledged(self, batches: list[tuple[int, int, list[int]]]) -> None:
+        counts = self.record_acks
+        for first, last, types in batches:
+            if len(types) == 1:  # one type for the whole batch: one addition
+                if types[0] in counts:
+                    counts[types[0]] += last - first + 1
+            else:  # a type per record: a C-level count per type
+                for ack_type in set(types):
+                    if ack_type in counts:
+                        counts[ack_type] += types.count(ack_type)
 
     def share_requests(self, kind: str, topics: dict[str, bool]) -> None:
         total, failed = self.share_requests_total, self.share_requests_failed
@@ -194,6 +240,11 @@ class MetricsRecorder(Recorder):
             total[key] = total.get(key, 0) + 1
             if any_failed:
                 failed[key] = failed.get(key, 0) + 1
+
+    def share_requests_ok(self, keys: tuple[tuple[str, str], ...]) -> None:
+        total = self.share_requests_total
+        for key in keys:
+            total[key] = total.get(key, 0) + 1
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         self.partition_load.observe(elapsed_ms)

@@ -50,46 +50,34 @@ async def apply_acknowledgements(broker: Broker, group_id: str, member_id: str, 
     With metrics on, `topics` collects the request's topics (name -> whether a partition failed)."""
     if not batches:
         return ErrorCode.none, None
-    code, message = await _acknowledge(broker, group_id, member_id, topic_id, index, batches, version, is_renew)
-    if topics is not None:
-        topic = broker.topics.get_by_id(topic_id)
-        if topic is not None:
-            topics[topic.name] = topics.get(topic.name, False) or code != ErrorCode.none
+    code, message, partition = await _acknowledge(broker, group_id, member_id, topic_id, index, batches, version,
+                                                  is_renew)
+    if topics is not None and partition is not None:
+        name = partition.topic.name
+        topics[name] = topics.get(name, False) or code != ErrorCode.none
     return code, message
 
 
 async def _acknowledge(broker: Broker, group_id: str, member_id: str, topic_id: Any, index: int, batches: Any,
-                       version: int, is_renew: bool) -> tuple[ErrorCode, str | None]:
+                       version: int, is_renew: bool) -> tuple[ErrorCode, str | None, Any]:
+    """(error code, message, the partition when it exists)."""
     acks = [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
     problem = validate_acknowledgement_batches(acks, version=version, is_renew=is_renew)
     if problem is not None:
-        return ErrorCode.invalid_request, problem
+        return ErrorCode.invalid_request, problem, None
     partition, code, message = resolve_partition(broker, topic_id, index)
     if partition is None:
-        return code, message  # type: ignore[return-value]
+        return code, message, None  # type: ignore[return-value]
     leader = broker.share.existing_leader(group_id, topic_id, index)
     if leader is None:
-        return ErrorCode.unknown_topic_or_partition, "The share partition is not loaded on this broker."
+        return ErrorCode.unknown_topic_or_partition, "The share partition is not loaded on this broker.", partition
     try:
         await leader.acknowledge(member_id, acks, is_renew=is_renew)
     except KafkaError as exc:
-        return exc.code, exc.message
+        return exc.code, exc.message, partition
     if broker.metrics.enabled:
-        broker.metrics.share_acknowledged(_records_by_type(acks))
-    return ErrorCode.none, None
-
-
-def _records_by_type(acks: list[tuple[int, int, list[int]]]) -> dict[int, int]:
-    """Records per acknowledge type: one addition per batch, or a C-level count for the batches
-    that carry a type per record."""
-    counts: dict[int, int] = {}
-    for first, last, types in acks:
-        if len(types) == 1:
-            counts[types[0]] = counts.get(types[0], 0) + last - first + 1
-        else:
-            for t in set(types):
-                counts[t] = counts.get(t, 0) + types.count(t)
-    return counts
+        broker.metrics.share_acknowledged(acks)
+    return ErrorCode.none, None, partition
 
 
 def current_leader(broker: Broker, partition: Any) -> dict[str, int]:

@@ -136,13 +136,23 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
 
 
 def _count_fetch(broker: Broker, session: ShareSession, entries: dict[Key, ShareFetchPartition]) -> None:
-    """TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec: once per topic of the fetch."""
+    """TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec: once per topic of the fetch.
+    A fetch without a failed partition (nearly all) adds to counters the session keeps for its
+    topics; only a failed one resolves its topics again."""
+    failed = {topic_id for (topic_id, _), e in entries.items() if e.error_code != 0} if entries else ()
+    if not failed:
+        keys = session.fetch_metric_keys
+        if keys is None:
+            keys = session.fetch_metric_keys = tuple(
+                ("fetch", topic.name) for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions)
+                if (topic := broker.topics.get_by_id(topic_id)) is not None)
+        broker.metrics.share_requests_ok(keys)
+        return
     topics: dict[str, bool] = {}
-    for key in session.partitions:
-        topic = broker.topics.get_by_id(key[0])
+    for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions):
+        topic = broker.topics.get_by_id(topic_id)
         if topic is not None:
-            e = entries.get(key)
-            topics[topic.name] = topics.get(topic.name, False) or (e is not None and e.error_code != 0)
+            topics[topic.name] = topic_id in failed
     if topics:
         broker.metrics.share_requests("fetch", topics)
 
@@ -238,7 +248,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     if broker.metrics.enabled:  # the top level, then each partition (errorCounts)
         errors = conn.response_errors = {"NONE": 1}
         for e in entries.values():
-            name = error_name(e.error_code)
+            name = "NONE" if not e.error_code else error_name(e.error_code)
             errors[name] = errors.get(name, 0) + 1
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -136,7 +136,7 @@ class SharePartitionLeader:
         self._archiving_writes = 0  # lock-expiry writes with ARCHIVING records not yet settled
         # Record events: kept (history, bounded) while the admin view is on, logged while the
         # group's share.record.trace.enable is; `observed` is the one check the hot paths make.
-        self.history: deque[RecordEvent] | None = None
+        self.history: deque[tuple[int, str, int, int, str, int]] | None = None
         self.trace = False
         self.observed = False
 
@@ -148,24 +148,26 @@ class SharePartitionLeader:
         self.trace = trace
         self.observed = history or trace
 
-    def _events(self, kind: str, member: str, ranges: Iterable[tuple[int, int, int]]) -> None:
-        """Remember and/or log (first, last, delivery count) ranges that changed by `kind`."""
-        now = self.clock.wall_ms()
-        history = self.history
-        for first, last, count in ranges:
-            if history is not None:
-                history.append(RecordEvent(now, kind, first, last, member, count))
-            if self.trace:
-                trace_log.info("share record " + kind, group=self.group_id, topic=self.partition.topic.name,
-                               partition=self.partition.index, first_offset=first, last_offset=last,
-                               member=member or None, delivery_count=count)
+    def _event(self, kind: str, member: str, first: int, last: int, delivery_count: int) -> None:
+        """Remember and/or log one range that changed by `kind`. The history keeps plain tuples
+        (RecordEvent's fields, in order): this runs on every acquisition and acknowledgement while
+        the view is on, and `events()` names them only when someone looks."""
+        if self.history is not None:
+            self.history.append((self.clock.wall_ms(), kind, first, last, member, delivery_count))
+        if self.trace:
+            trace_log.info("share record " + kind, group=self.group_id, topic=self.partition.topic.name,
+                           partition=self.partition.index, first_offset=first, last_offset=last,
+                           member=member or None, delivery_count=delivery_count)
+
+    def events(self) -> list[RecordEvent]:
+        """The remembered record events, oldest first (empty while the view is off)."""
+        return [RecordEvent._make(e) for e in self.history or ()]
 
     def _write_events(self, write: StateWrite, kind: str, member: str) -> None:
         """A release or expiry write's ranges: back to AVAILABLE (`kind`) or archived."""
-        self._events(kind, member, ((b.first_offset, b.last_offset, b.delivery_count)
-                                    for b in write.batches if b.state < RecordState.ARCHIVING))
-        self._events("archive", member, ((b.first_offset, b.last_offset, b.delivery_count)
-                                         for b in write.batches if b.state >= RecordState.ARCHIVING))
+        for b in write.batches:
+            self._event(kind if b.state < RecordState.ARCHIVING else "archive", member, b.first_offset,
+                        b.last_offset, b.delivery_count)
 
     @property
     def key(self) -> tuple[str, Any, int]:
@@ -400,7 +402,14 @@ class SharePartitionLeader:
         if not acquired:
             return Acquisition(b"", [])
         if self.observed:
-            self._events("acquire", member_id, ((a.first_offset, a.last_offset, a.delivery_count) for a in acquired))
+            history = self.history
+            if history is not None and not self.trace:  # the view alone: no call per range
+                now = self.clock.wall_ms()
+                for a in acquired:
+                    history.append((now, "acquire", a.first_offset, a.last_offset, member_id, a.delivery_count))
+            else:
+                for a in acquired:
+                    self._event("acquire", member_id, a.first_offset, a.last_offset, a.delivery_count)
         self._arm_timer()
         lo, hi = acquired[0].first_offset, acquired[-1].last_offset
         start = end = None
@@ -443,15 +452,27 @@ class SharePartitionLeader:
             self._ack_events(member_id, batches, write)
 
     def _ack_events(self, member_id: str, batches: list[tuple[int, int, list[int]]], write: StateWrite | None) -> None:
-        """Acknowledgements as events by type (runs of one type in a per-offset list), and the
-        ranges the write archived (a reject, or a release at the delivery count limit)."""
-        counts = {(b.first_offset, b.last_offset): b.delivery_count for b in write.batches} if write else {}
+        """Acknowledgements as events by type (runs of one type in a per-offset list), with the
+        delivery count the write gives the range, and the ranges the write archived (a reject, or a
+        release at the delivery count limit)."""
+        written = write.batches if write is not None else ()
+        history = self.history if not self.trace else None  # the view alone: no call per range
+        now = self.clock.wall_ms()
         for first, last, types in batches:
-            for lo, hi, t in ack_runs(first, last, types):
-                self._events(_ACK_NAMES.get(t, str(t)), member_id, [(lo, hi, counts.get((lo, hi), -1))])
-        if write is not None:
-            self._events("archive", member_id, ((b.first_offset, b.last_offset, b.delivery_count)
-                                                for b in write.batches if b.state >= RecordState.ARCHIVING))
+            for lo, hi, t in ((first, last, types[0]),) if len(types) == 1 else ack_runs(first, last, types):
+                count = -1
+                for b in written:  # one batch per acknowledged range: a short scan
+                    if b.first_offset == lo and b.last_offset == hi:
+                        count = b.delivery_count
+                        break
+                kind = _ACK_NAMES.get(t) or str(t)
+                if history is not None:
+                    history.append((now, kind, lo, hi, member_id, count))
+                else:
+                    self._event(kind, member_id, lo, hi, count)
+        for b in written:
+            if b.state >= RecordState.ARCHIVING:
+                self._event("archive", member_id, b.first_offset, b.last_offset, b.delivery_count)
 
     async def release_member(self, member_id: str) -> None:
         if self.sp is None:

@@ -29,6 +29,9 @@ class ShareSession:
     # partitions added since the last response; a full response must list them
     pending_new: set[TopicPartitionKey] = field(default_factory=set)
     errored: set[TopicPartitionKey] = field(default_factory=set)
+    # The keys of the per-topic fetch request counters (("fetch", topic name) for each of its
+    # topics), kept so that a fetch does not resolve its topics again; None when stale.
+    fetch_metric_keys: tuple[tuple[str, str], ...] | None = None
 
     def bump(self) -> None:
         self.epoch = 1 if self.epoch >= _INT32_MAX else self.epoch + 1
@@ -37,9 +40,11 @@ class ShareSession:
         if key not in self.partitions:
             self.partitions[key] = None
             self.pending_new.add(key)
+            self.fetch_metric_keys = None
 
     def forget(self, key: TopicPartitionKey) -> None:
-        self.partitions.pop(key, None)
+        if self.partitions.pop(key, 0) is None:
+            self.fetch_metric_keys = None
         self.pending_new.discard(key)
         self.errored.discard(key)
 

@@ -19,6 +19,7 @@ from tests.integration import rawkafka as rk
 from tests.integration.clients import consumer_conf, create_topic
 from tests.integration.share_helpers import (
     FAST_SHARE_BROKER,
+    ShareMember,
     commit_errors,
     new_group,
     poll_until,
@@ -277,6 +278,43 @@ def test_consumer_protocol_groups_by_state_and_rebalances(mbroker: Any, topic_na
         consumer.close()
     wait_for(lambda: value(scrape(addr), "kafka_server_group_coordinator_metrics_consumer_group_count",
                            state="Empty") == 1, TIMEOUT, interval=0.1, message="the group empty after the member left")
+
+
+def test_share_fetch_requests_are_counted_per_topic_of_the_session_as_it_changes(mbroker: Any,
+                                                                              topic_name: str) -> None:
+    """TotalShareFetchRequestsPerSec counts a fetch once for each topic of its share session:
+    the counters follow partitions added and forgotten, and a fetch with a failed partition counts
+    as failed for that partition's topic only."""
+    addr = metrics_address(mbroker)
+    a, b = topic_name, topic_name + "-b"
+    create_topic(mbroker.bootstrap, a)
+    create_topic(mbroker.bootstrap, b)
+    ta, tb = topic_id(mbroker.bootstrap, a), topic_id(mbroker.bootstrap, b)
+
+    def fetches() -> tuple[float, float, float, float]:
+        s = scrape(addr)
+        return tuple(value(s, f"kafka_server_brokertopicmetrics_{kind}sharefetchrequests_total", topic=t)
+                     for kind in ("total", "failed") for t in (a, b))  # type: ignore[return-value]
+
+    with ShareMember(mbroker.bootstrap, new_group()) as m:
+        m.join([a, b])
+        assert code_of(m.fetch([(ta, 0)])) == 0  # the session opens with a's partition
+        assert fetches() == (1, 0, 0, 0)
+        assert code_of(m.fetch([(tb, 0)])) == 0  # b's joins it
+        assert code_of(m.fetch()) == 0
+        assert fetches() == (3, 2, 0, 0)
+        assert code_of(m.fetch(forgotten=[(ta, 0)])) == 0  # a's leaves it
+        assert fetches() == (3, 3, 0, 0)
+        resp = m.fetch([(ta, 7)])  # a partition a does not have: failed, for a only
+        assert code_of(resp) == 0
+        assert fetches() == (4, 4, 1, 0)
+        assert code_of(m.fetch(forgotten=[(ta, 7)])) == 0
+        assert code_of(m.fetch()) == 0
+        assert fetches() == (4, 6, 1, 0)
+
+
+def code_of(resp: Any) -> int:
+    return int(resp.error_code)
 
 
 def test_a_refused_acknowledgement_is_a_failed_acknowledgement_request(mbroker: Any, topic_name: str) -> None:

@@ -32,13 +32,13 @@ def test_histogram_buckets_are_cumulative_with_inf_and_sum() -> None:
 
 def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
     r = MetricsRecorder()
-    r.request(0, 11, 0.3, {"NONE": 1})
-    r.request(0, 11, 7.0, {"NONE": 2, "NOT_LEADER_OR_FOLLOWER": 1})
-    r.request(78, 2, 499.0, {"SHARE_SESSION_NOT_FOUND": 1})
+    r.request((0, 11), 0.3, {"NONE": 1})
+    r.request((0, 11), 7.0, {"NONE": 2, "NOT_LEADER_OR_FOLLOWER": 1})
+    r.request((78, 2), 499.0, {"SHARE_SESSION_NOT_FOUND": 1})
     r.produced("orders", 10, 1200)
     r.produced("orders", 5, 600)
     r.fetched("orders", 1800)
-    r.share_acknowledged({ACCEPT: 7, RELEASE: 2, 0: 1})  # gaps (0) are not counted
+    r.share_acknowledged([(0, 6, [ACCEPT]), (7, 9, [RELEASE, 0, RELEASE])])  # gaps (0) are not counted
     r.share_requests("acknowledgement", {"orders": False, "audit": True})
     r.share_requests("acknowledgement", {"orders": True})
     r.share_requests("fetch", {"orders": False})
