@@ -479,11 +479,12 @@ def join_req(group: str, member_id: str = "", *, version: int = 5, session: int 
 
 
 def sync_req(group: str, member_id: str, generation: int, assignments: dict[str, bytes] | None = None, *,
-             version: int = 5, instance: str | None = None, protocol_type: str = "consumer") -> Any:
+             version: int = 5, instance: str | None = None, protocol_type: str = "consumer",
+             protocol_name: str = "range") -> Any:
     cls = rk.req_cls(14, version)
     acls = rk._nested(cls, "assignments")
     return cls(**rk._fit(cls, {"group_id": group, "generation_id": generation, "member_id": member_id,
-                               "group_instance_id": instance, "protocol_type": protocol_type, "protocol_name": "range",
+                               "group_instance_id": instance, "protocol_type": protocol_type, "protocol_name": protocol_name,
                                "assignments": tuple(acls(member_id=m, assignment=a)
                                                     for m, a in (assignments or {}).items())}))
 

@@ -52,7 +52,8 @@ def new_name(prefix: str) -> str:
 
 class Member:
     """A confluent-kafka consumer of the consumer protocol, polled in its own thread; it commits
-    each record synchronously after taking it, so a revoked partition is always committed."""
+    each record synchronously after taking it, so a revoked partition is always committed, and
+    counts a record in `records` only once its commit succeeded (a refused one is taken again)."""
 
     def __init__(self, bootstrap: str, group: str, topics: list[str], **extra: Any) -> None:
         conf = consumer_conf(bootstrap, **{"group.id": group, "group.protocol": "consumer", **extra})
@@ -60,6 +61,7 @@ class Member:
         self.consumer = Consumer(conf)
         self.consumer.subscribe(topics)
         self.records: list[tuple[str, int, int, bytes]] = []
+        self.taken: list[tuple[str, int, int]] = []  # every record poll returned, committed or not
         self._owned: set[tuple[str, int]] = set()
         self.errors: list[Any] = []
         self._stop = threading.Event()
@@ -78,13 +80,28 @@ class Member:
             if msg.error():
                 self.errors.append(msg.error())
                 continue
+            with self._lock:
+                self.taken.append((msg.topic(), msg.partition(), msg.offset()))
             try:
                 self.consumer.commit(message=msg, asynchronous=False)
-            except KafkaException as exc:  # revoked meanwhile: another member will take the record
+            except KafkaException as exc:
+                # Refused: a rebalance moved the generation or member epoch on while the commit was
+                # under way. The record counts only once a commit of it succeeds, so take it again
+                # from here: a cooperative or KIP-848 rebalance may well have left the partition
+                # with this member, whose position is past the record already. If the partition
+                # went to another member, the seek fails and that member reads it from the
+                # committed offset.
                 self.errors.append(exc)
+                self._take_again(msg)
                 continue
             with self._lock:
                 self.records.append((msg.topic(), msg.partition(), msg.offset(), msg.value()))
+
+    def _take_again(self, msg: Any) -> None:
+        try:
+            self.consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+        except KafkaException:
+            pass  # no longer assigned to this member
 
     def assignment(self) -> set[tuple[str, int]]:
         with self._lock:

@@ -6,18 +6,23 @@ consumed twice across either move while every member commits what it takes."""
 
 from __future__ import annotations
 
+import json
+import struct
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaException, Producer, TopicPartition
 
 from sharebroker.testing import wait_for
 from sharebroker.testing.plugin import Broker
 from tests.brokers import module_broker
 from tests.integration import rawkafka as rk
 from tests.integration.clients import admin, consumer_conf, create_topic, produce_sync, producer_conf
+from tests.integration.test_consumer_groups import ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, code, heartbeat_req
+from tests.integration.test_consumer_groups import join_as_new_member, join_req
+from tests.integration.test_consumer_groups import sync_req as _sync_req
 from tests.integration.test_consumer_protocol import FAST, Member, hb_request
 
 TIMEOUT = 45.0
@@ -251,3 +256,92 @@ def test_kafka_python_and_aiokafka_members_stay_through_an_upgrade_and_a_downgra
             modern.stop()
         for r in runners:
             r.stop()
+
+
+def _kafka_string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def subscription_v0(topic: str) -> bytes:
+    """ConsumerProtocolSubscription v0 for one topic, no user data."""
+    return struct.pack(">hi", 0, 1) + _kafka_string(topic) + struct.pack(">i", -1)
+
+
+def assignment_v0(topic: str, partitions: list[int]) -> bytes:
+    """ConsumerProtocolAssignment v0, no user data."""
+    if not partitions:
+        return struct.pack(">hii", 0, 0, -1)
+    return (struct.pack(">hi", 0, 1) + _kafka_string(topic) + struct.pack(f">i{len(partitions)}i", len(partitions),
+                                                                            *partitions) + struct.pack(">i", -1))
+
+
+def test_a_commit_refused_by_a_rebalance_does_not_lose_the_record_of_a_partition_kept(mbroker: Broker) -> None:
+    """The sequence behind the flaky downgrade test, driven step by step: a cooperative classic
+    member (librdkafka) is back in JoinGroup for a rebalance and keeps fetching the partition it
+    owns; it takes a record and commits it with its generation, and that OffsetCommit waits on its
+    connection behind its parked JoinGroup (Kafka too serves one request per connection at a time).
+    The join completes first, so the commit carries the generation before: ILLEGAL_GENERATION, as
+    Kafka answers. The member keeps the partition (incremental rebalance), and its position is past
+    the record: the record must be taken again and committed, not assumed to go to another member."""
+    topic, group = new_name("t"), new_name("coop")
+    create_topic(mbroker.bootstrap, topic, partitions=1)
+    producer = Producer(producer_conf(mbroker.bootstrap))
+    protocols = (("cooperative-sticky", subscription_v0(topic)),)
+    join = {"protocols": protocols, "session": 60000, "rebalance": 60000}
+    join_states: list[str] = []  # the member's, from its statistics
+
+    def sync_req(*args: Any) -> Any:
+        return _sync_req(*args, protocol_name="cooperative-sticky")
+
+    def stats(text: str) -> None:
+        join_states.append(json.loads(text).get("cgrp", {}).get("join_state", ""))
+
+    with rk.RawClient(mbroker.bootstrap, timeout=TIMEOUT) as leader, \
+            rk.RawClient(mbroker.bootstrap, timeout=TIMEOUT) as newcomer:
+        # A raw leader alone at generation 1, then the librdkafka member joins: generation 2, where
+        # the leader gives the member the partition.
+        first = join_as_new_member(leader, group, **join)
+        leader_id = first.member_id
+        assert code(leader.request(sync_req(group, leader_id, first.generation_id, {
+            leader_id: assignment_v0(topic, [])})).error_code) == 0
+        member = ClassicMember(mbroker.bootstrap, group, [topic], stats_cb=stats, **{
+            "partition.assignment.strategy": "cooperative-sticky", "statistics.interval.ms": 100})
+        try:
+            wait_for(lambda: code(leader.request(heartbeat_req(group, leader_id, first.generation_id)).error_code)
+                     == REBALANCE_IN_PROGRESS, TIMEOUT, message="the member's join starts a rebalance")
+            second = leader.request(join_req(group, leader_id, **join), timeout=TIMEOUT)
+            assert second.leader == leader_id and len(second.members) == 2, second
+            member_id = next(m.member_id for m in second.members if m.member_id != leader_id)
+            assert code(leader.request(sync_req(group, leader_id, second.generation_id, {
+                leader_id: assignment_v0(topic, []), member_id: assignment_v0(topic, [0])})).error_code) == 0
+            wait_for(lambda: member.assignment() == {(topic, 0)}, TIMEOUT, message="the member owns the partition")
+
+            wait_for(lambda: join_states[-1:] == ["steady"], TIMEOUT, message="the member's join state reported")
+            # A newcomer's join starts the next rebalance; the leader holds it open by not rejoining.
+            newcomer_id = newcomer.request(join_req(group, **join)).member_id
+            parked = newcomer.send(join_req(group, newcomer_id, **join))
+            wait_for(lambda: join_states[-1:] == ["wait-join"], TIMEOUT, message="the member back in JoinGroup")
+            produce_sync(producer, topic, [{"value": b"taken-during-the-rebalance"}])
+            wait_for(lambda: member.taken == [(topic, 0, 0)], TIMEOUT,
+                     message="the member took the record (its commit waits behind its JoinGroup)")
+            assert member.records == []
+
+            # The leader rejoins: generation 3, and only then is the member's commit served.
+            third = leader.request(join_req(group, leader_id, **join), timeout=TIMEOUT)
+            assert third.generation_id == second.generation_id + 1
+            assert code(leader.request(sync_req(group, leader_id, third.generation_id, {
+                leader_id: assignment_v0(topic, []), member_id: assignment_v0(topic, [0]),
+                newcomer_id: assignment_v0(topic, [])})).error_code) == 0
+            assert code(newcomer.receive(rk.req_cls(11, 5), parked, TIMEOUT).error_code) == 0
+            assert code(newcomer.request(sync_req(group, newcomer_id, third.generation_id)).error_code) == 0
+            wait_for(lambda: any(isinstance(e, KafkaException) and e.args[0].code() == ILLEGAL_GENERATION
+                                 for e in member.errors), TIMEOUT, message="the commit of the old generation refused")
+            assert member.assignment() == {(topic, 0)}  # kept through the rebalance
+
+            produce_sync(producer, topic, [{"value": b"after-the-rebalance"}])
+            wait_for(lambda: len(member.records) >= 2, TIMEOUT, message="both records taken and committed")
+            assert [(o, v) for _, _, o, v in member.records] == [
+                (0, b"taken-during-the-rebalance"), (1, b"after-the-rebalance")]
+        finally:
+            member.stop()
