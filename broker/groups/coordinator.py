@@ -126,6 +126,8 @@ class ShareGroupCoordinator:
         self.groups: dict[str, ShareGroup] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self._config_cache: dict[str, GroupConfig] = {}
+        # group -> (whether DLQs were supported, its ShareLimits): read several times per ShareFetch
+        self._limits_cache: dict[str, tuple[bool, ShareLimits]] = {}
         self._path = Path(log_dir) / GROUP_CONFIGS_FILE
         self._sweeper: asyncio.Task[None] | None = None
         # Groups the expiry sweep visits: those with members or with changes not yet written. A
@@ -289,13 +291,19 @@ class ShareGroupCoordinator:
         return cached
 
     def limits(self, group_id: str) -> ShareLimits:
+        dlq_supported = self.share_dlq_supported()  # share.version may move without a config change
+        cached = self._limits_cache.get(group_id)
+        if cached is not None and cached[0] == dlq_supported:
+            return cached[1]
         c = self.config(group_id)
-        return ShareLimits(record_lock_duration_ms=c.share_record_lock_duration_ms,
-                           delivery_count_limit=c.share_delivery_count_limit,
-                           max_in_flight_records=c.share_partition_max_record_locks,
-                           renew_enabled=c.share_renew_acknowledge_enable,
-                           read_committed=c.share_read_committed,
-                           dlq=bool(c.errors_deadletterqueue_topic_name) and self.share_dlq_supported())
+        limits = ShareLimits(record_lock_duration_ms=c.share_record_lock_duration_ms,
+                             delivery_count_limit=c.share_delivery_count_limit,
+                             max_in_flight_records=c.share_partition_max_record_locks,
+                             renew_enabled=c.share_renew_acknowledge_enable,
+                             read_committed=c.share_read_committed,
+                             dlq=bool(c.errors_deadletterqueue_topic_name) and dlq_supported)
+        self._limits_cache[group_id] = (dlq_supported, limits)
+        return limits
 
     def auto_offset_reset(self, group_id: str) -> Any:
         return self.config(group_id).share_auto_offset_reset_strategy
@@ -324,6 +332,7 @@ class ShareGroupCoordinator:
 
     def invalidate_configs(self) -> None:
         self._config_cache.clear()
+        self._limits_cache.clear()
         self.apply_trace_configs()  # a broker default it follows may have changed
         # a pending target waits for the interval in force now, which may have become shorter
         for group_id, timer in list(self._assignment_timers.items()):
