@@ -139,8 +139,10 @@ def _count_fetch(broker: Broker, session: ShareSession, entries: dict[Key, Share
     """TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec: once per topic of the fetch.
     A fetch without a failed partition (nearly all) adds to counters the session keeps for its
     topics; only a failed one resolves its topics again."""
-    failed = {topic_id for (topic_id, _), e in entries.items() if e.error_code != 0} if entries else ()
-    if not failed:
+    for e in entries.values():
+        if e.error_code:
+            break
+    else:
         keys = session.fetch_metric_keys
         if keys is None:
             keys = session.fetch_metric_keys = tuple(
@@ -148,6 +150,7 @@ def _count_fetch(broker: Broker, session: ShareSession, entries: dict[Key, Share
                 if (topic := broker.topics.get_by_id(topic_id)) is not None)
         broker.metrics.share_requests_ok(keys)
         return
+    failed = {topic_id for (topic_id, _), e in entries.items() if e.error_code}
     topics: dict[str, bool] = {}
     for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions):
         topic = broker.topics.get_by_id(topic_id)
