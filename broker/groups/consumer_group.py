@@ -4,7 +4,9 @@ no clock: callers pass `now_ms` and the topic metadata.
 
 Kafka's rules (GroupMetadataManager.consumerGroupHeartbeat, ConsumerGroup, CurrentAssignmentBuilder
 in Kafka 4.x): a change of membership, subscription or subscribed-topic metadata bumps the group
-epoch; the target assignment is recomputed when it is behind the group epoch; a member moves to a
+epoch; the target assignment is recomputed when it is behind the group epoch, at most once per
+`consumer.assignment.interval.ms` (Kafka 4.3+: in between, members are reconciled towards the last
+target, at its epoch); a member moves to a
 new epoch only after it has revoked (no longer reports owning) what it must give up, and receives a
 partition only once its previous owner has released it. A member that does not revoke within its
 rebalance timeout, or does not heartbeat within the session timeout, is fenced (removed).
@@ -134,6 +136,7 @@ class ConsumerSettings:
     session_timeout_ms: int = 45000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    assignment_interval_ms: int = 0  # consumer.assignment.interval.ms (0: every epoch change computes at once)
 
 
 @dataclass(slots=True)
@@ -217,6 +220,9 @@ class ConsumerGroup:
         self.group_id = group_id
         self.epoch = 0
         self.assignment_epoch = 0
+        # When the target was last computed (monotonic ms); None when unknown (a new, emptied or
+        # upgraded group, or one loaded at start-up): the next one may run at once.
+        self.assignment_time_ms: int | None = None
         self.members: dict[str, ConsumerMember] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target: dict[str, Assignment] = {}
@@ -301,11 +307,12 @@ class ConsumerGroup:
             del self.static_members[m.instance_id]
         return m
 
-    def fence(self, member_id: str, topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+    def fence(self, member_id: str, topics: Mapping[str, TopicInfo], default_assignor: str, now_ms: int = 0,
+              interval_ms: int = 0) -> None:
         """Remove a member (leave, session or rebalance timeout) and bump the group epoch."""
         if self.remove_member(member_id) is None:
             return
-        self.refresh(topics, default_assignor, bump=True)
+        self.refresh(topics, default_assignor, bump=True, now_ms=now_ms, interval_ms=interval_ms)
 
     # -- heartbeat -------------------------------------------------------------------------------
 
@@ -354,7 +361,7 @@ class ConsumerGroup:
                   settings: ConsumerSettings) -> HeartbeatReply:
         """Apply one heartbeat (join, beat or leave) and answer it."""
         if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self.leave(hb, topics, settings.assignors[0])
+            return self.leave(hb, topics, settings.assignors[0], now_ms, settings.assignment_interval_ms)
         member, replaced = self._member_for(hb, settings)
         before = member.current
         if hb.instance_id is not None:
@@ -379,7 +386,7 @@ class ConsumerGroup:
             member.subscribed_regex = hb.subscribed_regex or None
             bump = True
         self._install(member, replaced)
-        self.refresh(topics, settings.assignors[0], bump=bump)
+        self.refresh(topics, settings.assignors[0], bump=bump, now_ms=now_ms, interval_ms=settings.assignment_interval_ms)
         self.reconcile(member, hb.owned)
         member.session_deadline_ms = now_ms + settings.session_timeout_ms
         full = hb.member_epoch == 0 or (hb.rebalance_timeout_ms != -1 and hb.subscribed_names is not None
@@ -419,12 +426,13 @@ class ConsumerGroup:
             if m.revocation_deadline is not None and m.revocation_deadline[0] == -1:
                 m.revocation_deadline = (now_ms + max(m.rebalance_timeout_ms, 0), m.revocation_deadline[1])
 
-    def leave(self, hb: Heartbeat, topics: Mapping[str, TopicInfo], default_assignor: str) -> HeartbeatReply:
+    def leave(self, hb: Heartbeat, topics: Mapping[str, TopicInfo], default_assignor: str, now_ms: int = 0,
+              interval_ms: int = 0) -> HeartbeatReply:
         if hb.instance_id is None:
             if hb.member_id not in self.members:
                 raise KafkaError(ErrorCode.unknown_member_id,
                                  f"Member {hb.member_id} is not a member of group {self.group_id}.")
-            self.fence(hb.member_id, topics, default_assignor)
+            self.fence(hb.member_id, topics, default_assignor, now_ms, interval_ms)
             return HeartbeatReply(hb.member_id, hb.member_epoch, None)
         existing_id = self.static_members.get(hb.instance_id)
         if existing_id is None:
@@ -437,7 +445,7 @@ class ConsumerGroup:
             self.set_current(m, replace(m.current, epoch=STATIC_LEAVE_EPOCH, pending_revocation={}))
             m.revocation_deadline = None
             return HeartbeatReply(existing_id, STATIC_LEAVE_EPOCH, None)
-        self.fence(existing_id, topics, default_assignor)
+        self.fence(existing_id, topics, default_assignor, now_ms, interval_ms)
         return HeartbeatReply(hb.member_id, hb.member_epoch, None)
 
     # -- members of the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ------------
@@ -506,7 +514,7 @@ class ConsumerGroup:
         bump = frozenset(subscription.topics) != frozenset(member.subscribed_names) or member.subscribed_regex is not None
         member.subscribed_names, member.subscribed_regex = subscription.topics, None
         self._install(member, replaced)
-        self.refresh(topics, settings.assignors[0], bump=bump)
+        self.refresh(topics, settings.assignors[0], bump=bump, now_ms=now_ms, interval_ms=settings.assignment_interval_ms)
         owned = tuple((topics[name].topic_id, parts) for name, parts in subscription.owned_partitions if name in topics)
         self.reconcile(member, owned)
         member.session_deadline_ms = now_ms + req.session_timeout_ms
@@ -622,12 +630,13 @@ class ConsumerGroup:
         classic protocol."""
         return all(m.classic is not None for m in self.members.values() if m.member_id not in leaving)
 
-    def remove_members(self, leaving: set[str], topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+    def remove_members(self, leaving: set[str], topics: Mapping[str, TopicInfo], default_assignor: str,
+                       now_ms: int = 0, interval_ms: int = 0) -> None:
         """Fence `leaving` with one epoch bump for them all (Kafka's consumerGroupFenceMembers)."""
         for member_id in sorted(leaving):
             self.remove_member(member_id)
         if leaving:
-            self.refresh(topics, default_assignor, bump=True)
+            self.refresh(topics, default_assignor, bump=True, now_ms=now_ms, interval_ms=interval_ms)
 
     # -- metadata and target assignment ----------------------------------------------------------
 
@@ -648,10 +657,11 @@ class ConsumerGroup:
         self.resolved = resolved
         return changed
 
-    def refresh(self, topics: Mapping[str, TopicInfo], default_assignor: str, *, bump: bool = False) -> bool:
+    def refresh(self, topics: Mapping[str, TopicInfo], default_assignor: str, *, bump: bool = False,
+                now_ms: int = 0, interval_ms: int = 0) -> bool:
         """Bump the epoch (once) if asked or if regex resolutions or subscribed topics' metadata
-        changed, and recompute the target assignment if it is behind the group epoch. True if
-        anything moved."""
+        changed, and recompute the target assignment if it is behind the group epoch and the
+        assignment interval allows (`next_assignment_ms`). True if anything moved."""
         before = (self.epoch, self.assignment_epoch)
         self.resolve_regexes(topics)
         signature = self._signature(topics)
@@ -660,15 +670,37 @@ class ConsumerGroup:
             bump = True
         if bump:
             self.epoch += 1
-        if self.epoch > self.assignment_epoch:
-            self._compute_target(topics, default_assignor)
+        if not self.members:
+            # Emptied: the (empty) target is current, and the next member's join computes at once,
+            # as Kafka's fencing of the last members writes the assignment epoch with no timestamp.
+            self.target = {}
+            self.assignment_epoch = self.epoch
+            self.assignment_time_ms = None
+        elif self.assignment_pending():
+            due = self.next_assignment_ms(interval_ms)
+            if due is None or now_ms >= due:
+                self.compute_target(topics, default_assignor, now_ms)
         return (self.epoch, self.assignment_epoch) != before
 
-    def _compute_target(self, topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+    def assignment_pending(self) -> bool:
+        return self.epoch > self.assignment_epoch
+
+    def next_assignment_ms(self, interval_ms: int) -> int | None:
+        """When the pending target may be computed (None: at once), as Kafka's
+        canComputeNextTargetAssignment: at once without a known previous computation or with a
+        zero interval (its escape hatch for clock corrections), else once the interval has passed."""
+        if self.assignment_time_ms is None or interval_ms == 0:
+            return None
+        return self.assignment_time_ms + interval_ms
+
+    def compute_target(self, topics: Mapping[str, TopicInfo], default_assignor: str, now_ms: int) -> None:
+        """The preferred assignor over every member at the group epoch, sticky to the previous
+        target (not to what members hold, which lags behind it while the interval holds)."""
         subs = [MemberSubscription(m.member_id, m.instance_id, self.member_topics(m)) for m in self.members.values()]
         result = assign(self.preferred_assignor(default_assignor), subs, topics, self.target)
         self.target = {m: result.get(m, {}) for m in self.members}
         self.assignment_epoch = self.epoch
+        self.assignment_time_ms = now_ms
 
     # -- timers ----------------------------------------------------------------------------------
 
