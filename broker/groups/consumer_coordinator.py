@@ -203,6 +203,7 @@ class ConsumerGroupCoordinator:
             group.epoch = int(f["epoch"])  # type: ignore[call-overload]
         elif d.record_type == rec.TARGET_METADATA:
             group.assignment_epoch = int(f["assignment_epoch"])  # type: ignore[call-overload]
+            group.assignment_time_ms = self._monotonic_of(int(f["assignment_timestamp_ms"]))  # type: ignore[call-overload]
         elif d.record_type == rec.TARGET_MEMBER and d.second is not None:
             group.target[d.second] = f["assignment"]  # type: ignore[assignment]
         elif d.record_type == rec.REGULAR_EXPRESSION and d.second is not None:
@@ -242,9 +243,23 @@ class ConsumerGroupCoordinator:
         out.append(rec.group_metadata(gid, group.epoch))
         out += [rec.regular_expression(gid, r, ts, 0, 0) for r, ts in group.resolved.items()]
         out += [rec.target_member(gid, mid, a) for mid, a in group.target.items()]
-        out.append(rec.target_metadata(gid, group.assignment_epoch))
+        out.append(rec.target_metadata(gid, group.assignment_epoch, self._wall_of(group.assignment_time_ms)))
         out += [rec.current_assignment(gid, m.member_id, m.current) for m in group.members.values()]
         return out
+
+    def _wall_of(self, monotonic_ms: int | None) -> int:
+        """The wall-clock time of a monotonic one (0 for unknown), for AssignmentTimestamp."""
+        if monotonic_ms is None:
+            return 0
+        return max(1, self.clock.wall_ms() - (self.clock.monotonic_ms() - monotonic_ms))
+
+    def _monotonic_of(self, wall_ms: int) -> int | None:
+        """A replayed AssignmentTimestamp on this process's monotonic clock: as Kafka, the interval
+        runs on from the last computation across a restart (a time ahead of the wall clock counts
+        as now); 0, from a broker before 4.3, means unknown."""
+        if wall_ms <= 0:
+            return None
+        return self.clock.monotonic_ms() - max(0, self.clock.wall_ms() - wall_ms)
 
     def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
         return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
@@ -275,7 +290,7 @@ class ConsumerGroupCoordinator:
         records += [rec.target_member(gid, mid, group.target[mid]) for mid, sig in new.targets.items()
                     if old.targets.get(mid) != sig and mid in group.members]
         if new.assignment_epoch != old.assignment_epoch:
-            records.append(rec.target_metadata(gid, group.assignment_epoch))
+            records.append(rec.target_metadata(gid, group.assignment_epoch, self._wall_of(group.assignment_time_ms)))
         records += [rec.current_assignment(gid, mid, group.members[mid].current) for mid, sig in new.currents.items()
                     if old.currents.get(mid) != sig]
         if not records:

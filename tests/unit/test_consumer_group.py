@@ -251,3 +251,10 @@ def test_records_round_trip() -> None:
     assert rec.decode(*rec.group_metadata("g", 7)).fields == {"epoch": 7}
     assert rec.decode(*rec.regular_expression("g", "t.*", ("ta",), 1, 2)).fields == {"topics": ("ta",)}
     assert rec.decode(rec.key(rec.TARGET_MEMBER, "g", "m1"), None).fields is None
+    # AssignmentTimestamp (Kafka 4.3+): tag 0, left out at its default 0
+    k, v = rec.target_metadata("g", 5)
+    assert v == b"\x00\x00" + (5).to_bytes(4, "big") + b"\x00"
+    assert rec.decode(k, v).fields == {"assignment_epoch": 5, "assignment_timestamp_ms": 0}
+    k, v = rec.target_metadata("g", 5, 1_700_000_000_123)
+    assert v == b"\x00\x00" + (5).to_bytes(4, "big") + b"\x01\x00\x08" + (1_700_000_000_123).to_bytes(8, "big")
+    assert rec.decode(k, v).fields == {"assignment_epoch": 5, "assignment_timestamp_ms": 1_700_000_000_123}
