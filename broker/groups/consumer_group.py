@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
@@ -151,14 +151,33 @@ def _sorted_assignment(a: Mapping[uuid.UUID, frozenset[int]]) -> tuple:
 
 
 def next_current_assignment(member: CurrentAssignment, target_epoch: int, target: Assignment,
-                            owner_epoch: Callable[[uuid.UUID, int], int], owned: Owned | None) -> CurrentAssignment:
+                            owner_epoch: Callable[[uuid.UUID, int], int], owned: Owned | None,
+                            subscribed: Container[uuid.UUID] | None = None,
+                            subscription_changed: bool = False) -> CurrentAssignment:
     """Kafka's CurrentAssignmentBuilder: the member's next state towards the target. `owner_epoch`
     gives the epoch of a partition's current owner (-1 if free); `owned` is what the member
-    reports owning (None when the heartbeat omitted it)."""
+    reports owning (None when the heartbeat omitted it). With `subscribed` (the ids of the topics
+    the member subscribes to that exist), a target's partitions of other topics count as not
+    targeted, and when the member's subscription just changed it gives up those topics at once,
+    even while the target is held back by the assignment interval."""
     def owns_any(pending: Assignment) -> bool:
         if owned is None:
             return True
         return any(p in pending.get(tid, ()) for tid, parts in owned for p in parts)
+
+    def drop_unsubscribed() -> CurrentAssignment:
+        """Kafka's updateCurrentAssignment: partitions of topics no longer subscribed are revoked
+        at the member's current epoch."""
+        if subscribed is None or all(tid in subscribed for tid in member.assigned):
+            return member
+        assigned = {tid: ps for tid, ps in member.assigned.items() if tid in subscribed}
+        pending = dict(member.pending_revocation)
+        for tid, ps in member.assigned.items():
+            if tid not in subscribed:
+                pending[tid] = pending.get(tid, frozenset()) | ps
+        if owns_any(pending):
+            return CurrentAssignment(member.epoch, member.epoch, UNREVOKED_PARTITIONS, assigned, pending)
+        return CurrentAssignment(member.epoch, member.epoch, member.state, assigned, member.pending_revocation)
 
     def compute(epoch: int) -> CurrentAssignment:
         unreleased = False
@@ -166,7 +185,7 @@ def next_current_assignment(member: CurrentAssignment, target_epoch: int, target
         revoking: dict[uuid.UUID, frozenset[int]] = {}
         adding: dict[uuid.UUID, frozenset[int]] = {}
         for tid in set(target) | set(member.assigned):
-            want = target.get(tid, frozenset())
+            want = target.get(tid, frozenset()) if subscribed is None or tid in subscribed else frozenset()
             have = member.assigned.get(tid, frozenset())
             keep = have & want
             gone = have - keep
@@ -188,10 +207,12 @@ def next_current_assignment(member: CurrentAssignment, target_epoch: int, target
         return CurrentAssignment(target_epoch, member.epoch, state, assigned, {})
 
     if member.state == STABLE:
-        return member if member.epoch == target_epoch else compute(member.epoch)
+        if member.epoch != target_epoch:
+            return compute(member.epoch)
+        return drop_unsubscribed() if subscription_changed else member
     if member.state == UNREVOKED_PARTITIONS:
         if owns_any(member.pending_revocation):
-            return member
+            return drop_unsubscribed() if subscription_changed else member
         return compute(member.epoch + 1)
     if member.state == UNRELEASED_PARTITIONS:
         return compute(member.epoch)
@@ -378,16 +399,17 @@ class ConsumerGroup:
         # next heartbeat at epoch 0 would otherwise be a first request again); after that only a
         # subscription change bumps the group epoch (Kafka's hasMemberSubscriptionChanged); topic
         # metadata changes are caught by `refresh`.
-        bump = self.epoch == 0
+        changed = False
         if hb.subscribed_names is not None and frozenset(hb.subscribed_names) != frozenset(member.subscribed_names):
             member.subscribed_names = tuple(hb.subscribed_names)
-            bump = True
+            changed = True
         if hb.subscribed_regex is not None and (hb.subscribed_regex or None) != member.subscribed_regex:
             member.subscribed_regex = hb.subscribed_regex or None
-            bump = True
+            changed = True
         self._install(member, replaced)
-        self.refresh(topics, settings.assignors[0], bump=bump, now_ms=now_ms, interval_ms=settings.assignment_interval_ms)
-        self.reconcile(member, hb.owned)
+        self.refresh(topics, settings.assignors[0], bump=changed or self.epoch == 0, now_ms=now_ms,
+                     interval_ms=settings.assignment_interval_ms)
+        self.reconcile(member, hb.owned, topics, changed)
         member.session_deadline_ms = now_ms + settings.session_timeout_ms
         full = hb.member_epoch == 0 or (hb.rebalance_timeout_ms != -1 and hb.subscribed_names is not None
                                         and hb.owned is not None)
@@ -408,9 +430,14 @@ class ConsumerGroup:
         if member.member_id not in self.members:
             self.add_member(member)
 
-    def reconcile(self, member: ConsumerMember, owned: Owned | None) -> None:
+    def reconcile(self, member: ConsumerMember, owned: Owned | None, topics: Mapping[str, TopicInfo] | None = None,
+                  subscription_changed: bool = False) -> None:
         target = self.target.get(member.member_id, {})
-        current = next_current_assignment(member.current, self.assignment_epoch, target, self.owner_epoch, owned)
+        subscribed = None
+        if topics is not None:
+            subscribed = {topics[n].topic_id for n in self.member_topics(member) if n in topics}
+        current = next_current_assignment(member.current, self.assignment_epoch, target, self.owner_epoch, owned,
+                                          subscribed, subscription_changed)
         if current is member.current or _same(current, member.current):
             return
         self.set_current(member, current)
@@ -516,7 +543,7 @@ class ConsumerGroup:
         self._install(member, replaced)
         self.refresh(topics, settings.assignors[0], bump=bump, now_ms=now_ms, interval_ms=settings.assignment_interval_ms)
         owned = tuple((topics[name].topic_id, parts) for name, parts in subscription.owned_partitions if name in topics)
-        self.reconcile(member, owned)
+        self.reconcile(member, owned, topics, bump)
         member.session_deadline_ms = now_ms + req.session_timeout_ms
         member.join_deadline_ms = None
         member.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)

@@ -219,6 +219,26 @@ def test_assignment_interval_applies_to_metadata_changes() -> None:
     assert g.assignment_epoch == 2 and len(partitions(g.target, "m1")) == 8
 
 
+def test_a_subscription_change_within_the_interval_gives_up_unsubscribed_topics_at_once() -> None:
+    """Kafka 4.3+'s CurrentAssignmentBuilder with hasSubscriptionChanged: while the interval holds
+    the next target back, a member that drops a topic from its subscription revokes that topic's
+    partitions at its next heartbeat (at its current epoch), not when the target is computed."""
+    g = ConsumerGroup("g")
+    r = g.heartbeat(Heartbeat("m1", 0, rebalance_timeout_ms=1000, subscribed_names=("a", "b"), owned=()), TOPICS, 0,
+                    PACED)
+    assert set(r.assignment) == {T1, T2}  # type: ignore[arg-type]
+    owned = tuple((t, tuple(sorted(ps))) for t, ps in g.members["m1"].current.assigned.items())
+    r = g.heartbeat(Heartbeat("m1", 1, subscribed_names=("a",), owned=owned), TOPICS, 10, PACED)
+    assert (g.epoch, g.assignment_epoch) == (2, 1)  # the target still has b's partitions...
+    cur = g.members["m1"].current
+    assert (r.member_epoch, cur.state) == (1, UNREVOKED_PARTITIONS)  # ...but the member gives them up now
+    assert set(r.assignment) == {T1} and cur.pending_revocation == {T2: frozenset({0, 1, 2})}  # type: ignore[arg-type]
+    kept = tuple((t, tuple(sorted(ps))) for t, ps in cur.assigned.items())
+    r = g.heartbeat(Heartbeat("m1", 1, owned=kept), TOPICS, 20, PACED)
+    assert (r.member_epoch, g.members["m1"].current.state) == (1, STABLE)  # revoked; the target is still pending
+    assert not any(tid == T2 for tid, _ in g.owners)  # b's partitions are free for others
+
+
 @pytest.mark.parametrize(("hb", "version", "message"), [
     (Heartbeat("", 0, rebalance_timeout_ms=1, subscribed_names=("a",), owned=()), 1, "MemberId can't be empty."),
     (Heartbeat("m", 0, subscribed_names=("a",), owned=()), 1, "RebalanceTimeoutMs must be provided in first request."),
