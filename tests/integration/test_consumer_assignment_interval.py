@@ -16,14 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from sharebroker.testing import wait_for
 from sharebroker.testing.plugin import Broker
 from tests.brokers import module_broker
 from tests.integration import rawkafka as rk
-from tests.integration.clients import admin, create_topic, produce_sync, producer_conf
+from tests.integration.clients import admin, consumer_conf, create_topic, produce_sync, producer_conf
 from tests.integration.share_helpers import set_group_configs
 from tests.integration.test_consumer_groups import CLIENTS, Runner
 from tests.integration.test_consumer_protocol import FAST, Member, hb_request, join, owned_of
@@ -243,6 +243,34 @@ def test_consumer_protocol_members_balance_with_kafkas_default_interval(ibroker:
 def _producer(bootstrap: str) -> Any:
     from confluent_kafka import Producer
     return Producer(producer_conf(bootstrap))
+
+
+def test_a_consumer_that_drops_a_topic_gives_it_up_within_the_interval(ibroker: Broker) -> None:
+    """Kafka 4.3+: a subscription change bumps the group epoch, and while the interval holds the new
+    target back, the member still gives up the topic it no longer subscribes to at once (its next
+    heartbeat revokes it), rather than consuming it until the interval ends."""
+    kept, dropped, group = new_name("keep"), new_name("drop"), new_name("cg")
+    create_topic(ibroker.bootstrap, kept, partitions=2)
+    create_topic(ibroker.bootstrap, dropped, partitions=2)
+    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000"})
+    conf = consumer_conf(ibroker.bootstrap, **{"group.id": group, "group.protocol": "consumer"})
+    conf.pop("session.timeout.ms", None)  # a broker setting under the consumer protocol
+    c = Consumer(conf)
+    try:
+        c.subscribe([kept, dropped])
+
+        def owns(topics: set[str]) -> bool:
+            c.poll(0.05)
+            return {tp.topic for tp in c.assignment()} == topics and len(c.assignment()) == 2 * len(topics)
+        wait_for(lambda: owns({kept, dropped}), TIMEOUT, interval=0.0, message="both topics assigned")
+        c.subscribe([kept])
+        wait_for(lambda: owns({kept}), TIMEOUT, interval=0.0, message="the dropped topic given up")
+        d = describe(ibroker.bootstrap, group)
+        assert d.group_state == "Assigning" and d.assignment_epoch < d.group_epoch, d  # the target is still held
+        (member,) = d.members
+        assert {tp.topic_name for tp in member.assignment.topic_partitions} == {kept}, d
+    finally:
+        c.close()
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
