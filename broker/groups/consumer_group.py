@@ -432,6 +432,8 @@ class ConsumerGroup:
 
     def reconcile(self, member: ConsumerMember, owned: Owned | None, topics: Mapping[str, TopicInfo] | None = None,
                   subscription_changed: bool = False) -> None:
+        if member.current.state == STABLE and member.epoch == self.assignment_epoch and not subscription_changed:
+            return  # a steady member: nothing to move (no per-heartbeat work beyond this check)
         target = self.target.get(member.member_id, {})
         subscribed = None
         if topics is not None:
