@@ -30,7 +30,8 @@ from tests.integration.test_consumer_protocol import FAST, Member, hb_request, j
 
 TIMEOUT = 30.0
 INTERVAL_MS = 8000  # long enough that the steps inside it run well within it on a loaded machine
-# Members that stay quiet through an interval must not be fenced meanwhile (FAST's session is 3 s).
+# Members that stay quiet through an interval, or whose heartbeats come late on a loaded machine, must
+# not be fenced meanwhile (FAST's session is 3 s): fencing would move the epochs these tests follow.
 QUIET = {"consumer.session.timeout.ms": "30000"}
 
 
@@ -189,7 +190,7 @@ def test_consumer_protocol_members_wait_for_the_interval_then_split(ibroker: Bro
     shortening the group's interval to Kafka's default lets the next heartbeat compute it."""
     topic, group = new_name("t"), new_name("cg")
     create_topic(ibroker.bootstrap, topic, partitions=6)
-    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000"})
+    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000", **QUIET})
     a = Member(ibroker.bootstrap, group, [topic])
     b: Member | None = None
     try:
@@ -221,6 +222,7 @@ def test_consumer_protocol_members_balance_with_kafkas_default_interval(ibroker:
     start from the last target and are balanced later; no record is lost or consumed twice."""
     topic, group = new_name("t"), new_name("cg")
     create_topic(ibroker.bootstrap, topic, partitions=6)
+    set_group_configs(ibroker.bootstrap, group, QUIET)
     members = [Member(ibroker.bootstrap, group, [topic]) for _ in range(3)]
     try:
         def balanced() -> bool:
@@ -252,7 +254,7 @@ def test_a_consumer_that_drops_a_topic_gives_it_up_within_the_interval(ibroker: 
     kept, dropped, group = new_name("keep"), new_name("drop"), new_name("cg")
     create_topic(ibroker.bootstrap, kept, partitions=2)
     create_topic(ibroker.bootstrap, dropped, partitions=2)
-    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000"})
+    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000", **QUIET})
     conf = consumer_conf(ibroker.bootstrap, **{"group.id": group, "group.protocol": "consumer"})
     conf.pop("session.timeout.ms", None)  # a broker setting under the consumer protocol
     c = Consumer(conf)
@@ -280,7 +282,7 @@ def test_a_classic_member_joining_a_consumer_group_waits_for_the_interval(ibroke
     computed, Heartbeat tells the classic member to rejoin, and SyncGroup hands it its share."""
     topic, group = new_name("t"), new_name("cg")
     create_topic(ibroker.bootstrap, topic, partitions=6)
-    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000"})
+    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000", **QUIET})
     modern = Member(ibroker.bootstrap, group, [topic])
     classic: Runner | None = None
     try:
