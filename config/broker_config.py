@@ -90,6 +90,8 @@ def _cross_check(get: SettingLookup, explicit: Callable[[str], bool]) -> None:
         _within(get, f"{prefix}.session.timeout.ms", f"{prefix}.min.session.timeout.ms", f"{prefix}.max.session.timeout.ms")
         _ordered(get, f"{prefix}.heartbeat.interval.ms", f"{prefix}.session.timeout.ms", strict=True)
     _within(get, "group.streams.num.standby.replicas", None, "group.streams.max.standby.replicas")
+    _within(get, "group.consumer.assignment.interval.ms", "group.consumer.min.assignment.interval.ms",
+            "group.consumer.max.assignment.interval.ms")
     _within(get, "group.share.assignment.interval.ms", "group.share.min.assignment.interval.ms",
             "group.share.max.assignment.interval.ms")
     _within(get, "group.share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",

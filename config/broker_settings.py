@@ -245,6 +245,12 @@ def _broker_defs() -> list[ConfigDef]:
         d("group.consumer.assignors", "list", ("uniform", "range"), "Server-side assignors of consumer groups; the "
           "first is the default.", ListOf("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
                                           "org.apache.kafka.coordinator.group.assignor.RangeAssignor")),
+        d("group.consumer.assignment.interval.ms", "int", 1000, "Minimum time between assignment updates of a consumer "
+          "group; default of consumer.assignment.interval.ms.", AtLeast(0), dynamic=True),
+        d("group.consumer.min.assignment.interval.ms", "int", 0, "Lower bound for consumer.assignment.interval.ms.",
+          AtLeast(0)),
+        d("group.consumer.max.assignment.interval.ms", "int", 15000, "Upper bound for consumer.assignment.interval.ms.",
+          AtLeast(0)),
         d("group.consumer.migration.policy", "string", "bidirectional", "Whether non-empty classic groups are upgraded "
           "to consumer groups and back: disabled, downgrade, upgrade or bidirectional.",
           OneOf("disabled", "downgrade", "upgrade", "bidirectional")),

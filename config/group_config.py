@@ -21,6 +21,7 @@ class GroupConfig:
 
     consumer_session_timeout_ms: int
     consumer_heartbeat_interval_ms: int
+    consumer_assignment_interval_ms: int
     share_session_timeout_ms: int
     share_heartbeat_interval_ms: int
     share_record_lock_duration_ms: int

@@ -31,6 +31,9 @@ def _group_defs() -> list[GroupConfigDef]:
         g("consumer.heartbeat.interval.ms", "int", 5000, "Heartbeat interval of this consumer group's members.", AtLeast(1),
           synonym="group.consumer.heartbeat.interval.ms", min_config="group.consumer.min.heartbeat.interval.ms",
           max_config="group.consumer.max.heartbeat.interval.ms"),
+        g("consumer.assignment.interval.ms", "int", 1000, "Minimum time between assignment updates of this consumer "
+          "group.", AtLeast(0), synonym="group.consumer.assignment.interval.ms",
+          min_config="group.consumer.min.assignment.interval.ms", max_config="group.consumer.max.assignment.interval.ms"),
         g("share.session.timeout.ms", "int", 45000, "Session timeout of this share group's members.", AtLeast(1),
           synonym="group.share.session.timeout.ms", min_config="group.share.min.session.timeout.ms",
           max_config="group.share.max.session.timeout.ms"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -53,7 +54,7 @@ from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sharebroker.broker.clock import Clock
+    from sharebroker.broker.clock import Clock, TimerHandle
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
     from sharebroker.broker.groups.directory import GroupDirectory
@@ -125,6 +126,9 @@ class ConsumerGroupCoordinator:
         self._sweeper: asyncio.Task[None] | None = None
         self._topics_seen = -1  # the Topics.version the groups' metadata last followed
         self._regex_version = 0
+        # Pending target computations (consumer.assignment.interval.ms): group id -> (due, timer)
+        self._assignment_timers: dict[str, tuple[int, TimerHandle]] = {}
+        self._assignment_tasks: set[asyncio.Task[None]] = set()
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -132,8 +136,10 @@ class ConsumerGroupCoordinator:
         return tuple(dict.fromkeys(assignor_name(a) for a in self.broker_config["group.consumer.assignors"]))
 
     def settings(self, group_id: str) -> ConsumerSettings:
-        return ConsumerSettings(session_timeout_ms=self.group_configs(group_id).consumer_session_timeout_ms,
-                                max_size=self.broker_config["group.consumer.max.size"], assignors=self.assignors())
+        cfg = self.group_configs(group_id)
+        return ConsumerSettings(session_timeout_ms=cfg.consumer_session_timeout_ms,
+                                max_size=self.broker_config["group.consumer.max.size"], assignors=self.assignors(),
+                                assignment_interval_ms=cfg.consumer_assignment_interval_ms)
 
     def _migration_policy(self) -> str:
         return str(self.broker_config["group.consumer.migration.policy"]).lower()
@@ -197,6 +203,7 @@ class ConsumerGroupCoordinator:
             group.epoch = int(f["epoch"])  # type: ignore[call-overload]
         elif d.record_type == rec.TARGET_METADATA:
             group.assignment_epoch = int(f["assignment_epoch"])  # type: ignore[call-overload]
+            group.assignment_time_ms = self._monotonic_of(int(f["assignment_timestamp_ms"]))  # type: ignore[call-overload]
         elif d.record_type == rec.TARGET_MEMBER and d.second is not None:
             group.target[d.second] = f["assignment"]  # type: ignore[assignment]
         elif d.record_type == rec.REGULAR_EXPRESSION and d.second is not None:
@@ -211,10 +218,15 @@ class ConsumerGroupCoordinator:
 
     def start(self) -> None:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="consumer-group-expiry")
+        for group in self.groups.values():  # a bump the log has without its target
+            self._settle_target(group)
 
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for _, timer in self._assignment_timers.values():
+            timer.cancel()
+        self._assignment_timers.clear()
 
     # -- persistence -----------------------------------------------------------------------------
 
@@ -231,9 +243,23 @@ class ConsumerGroupCoordinator:
         out.append(rec.group_metadata(gid, group.epoch))
         out += [rec.regular_expression(gid, r, ts, 0, 0) for r, ts in group.resolved.items()]
         out += [rec.target_member(gid, mid, a) for mid, a in group.target.items()]
-        out.append(rec.target_metadata(gid, group.assignment_epoch))
+        out.append(rec.target_metadata(gid, group.assignment_epoch, self._wall_of(group.assignment_time_ms)))
         out += [rec.current_assignment(gid, m.member_id, m.current) for m in group.members.values()]
         return out
+
+    def _wall_of(self, monotonic_ms: int | None) -> int:
+        """The wall-clock time of a monotonic one (0 for unknown), for AssignmentTimestamp."""
+        if monotonic_ms is None:
+            return 0
+        return max(1, self.clock.wall_ms() - (self.clock.monotonic_ms() - monotonic_ms))
+
+    def _monotonic_of(self, wall_ms: int) -> int | None:
+        """A replayed AssignmentTimestamp on this process's monotonic clock: as Kafka, the interval
+        runs on from the last computation across a restart (a time ahead of the wall clock counts
+        as now); 0, from a broker before 4.3, means unknown."""
+        if wall_ms <= 0:
+            return None
+        return self.clock.monotonic_ms() - max(0, self.clock.wall_ms() - wall_ms)
 
     def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
         return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
@@ -264,7 +290,7 @@ class ConsumerGroupCoordinator:
         records += [rec.target_member(gid, mid, group.target[mid]) for mid, sig in new.targets.items()
                     if old.targets.get(mid) != sig and mid in group.members]
         if new.assignment_epoch != old.assignment_epoch:
-            records.append(rec.target_metadata(gid, group.assignment_epoch))
+            records.append(rec.target_metadata(gid, group.assignment_epoch, self._wall_of(group.assignment_time_ms)))
         records += [rec.current_assignment(gid, mid, group.members[mid].current) for mid, sig in new.currents.items()
                     if old.currents.get(mid) != sig]
         if not records:
@@ -369,6 +395,7 @@ class ConsumerGroupCoordinator:
         elif hb.member_epoch < 0:
             log.info("consumer group member left", group=group_id, member=hb.member_id, epoch=hb.member_epoch)
         await self.persist(group, first)
+        self._settle_target(group)
         assignment = None
         if reply.assignment is not None:
             assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)}
@@ -406,22 +433,75 @@ class ConsumerGroupCoordinator:
                     continue
                 current = topics if topics is not None else self._all_topics()
                 default = self.assignors()[0]
+                interval = self.settings(group_id).assignment_interval_ms
                 downgraded = False
                 for member_id, reason in group.expired(now):
                     log.info("consumer group member fenced", group=group_id, member=member_id, reason=reason)
                     if await self._maybe_downgrade(group, member_id):
                         downgraded = True
                         break
-                    group.fence(member_id, current, default)
+                    group.fence(member_id, current, default, now, interval)
                 if downgraded:
                     continue
-                if topics_changed and group.refresh(current, default):
+                if topics_changed and group.refresh(current, default, now_ms=now, interval_ms=interval):
                     log.info("consumer group metadata changed", group=group_id, epoch=group.epoch)
                 group.arm_revocation_timers(now)
                 try:
                     await self.persist(group)
                 except Exception as exc:  # noqa: BLE001 - retried at the next change
                     log.warning("consumer group record write failed", group=group_id, error=str(exc))
+                self._settle_target(group)
+
+    # -- the assignment interval -----------------------------------------------------------------
+
+    def _settle_target(self, group: ConsumerGroup) -> None:
+        """Have a timer compute the pending target assignment once Kafka's assignment interval has
+        passed: until then membership and subscription changes only bump the group epoch, and
+        heartbeats are answered from the last target (the operation that bumped it computed the
+        target itself when the interval allowed)."""
+        group_id = group.group_id
+        if not group.assignment_pending() or not group.members:
+            return
+        interval = self.settings(group_id).assignment_interval_ms
+        due = group.next_assignment_ms(interval)
+        if due is None:
+            due = self.clock.monotonic_ms()
+        scheduled = self._assignment_timers.get(group_id)
+        if scheduled is not None:
+            if scheduled[0] == due:
+                return
+            scheduled[1].cancel()  # the interval changed since it was set
+        self._assignment_timers[group_id] = (due, self.clock.call_at(due, functools.partial(self._assignment_due,
+                                                                                            group_id)))
+
+    def _forget_assignment_timer(self, group_id: str) -> None:
+        scheduled = self._assignment_timers.pop(group_id, None)
+        if scheduled is not None:
+            scheduled[1].cancel()
+
+    def _assignment_due(self, group_id: str) -> None:
+        self._assignment_timers.pop(group_id, None)
+        task = asyncio.get_running_loop().create_task(self._assign(group_id), name="consumer-group-assignment")
+        self._assignment_tasks.add(task)
+        task.add_done_callback(self._assignment_tasks.discard)
+
+    async def _assign(self, group_id: str) -> None:
+        async with self._serialized(group_id):
+            group = self.groups.get(group_id)
+            if group is None or not group.assignment_pending():
+                return
+            now = self.clock.monotonic_ms()
+            settings = self.settings(group_id)
+            started = time.perf_counter()
+            if group.refresh(self._all_topics(), settings.assignors[0], now_ms=now,
+                             interval_ms=settings.assignment_interval_ms) and not group.assignment_pending():
+                log.info("consumer group target assignment computed", group=group_id, epoch=group.assignment_epoch,
+                         members=len(group.members), ms=round((time.perf_counter() - started) * 1000, 2))
+            try:
+                await self.persist(group)
+            except Exception as exc:  # noqa: BLE001 - written with the group's next change
+                log.warning("consumer group record write failed", group=group_id, error=str(exc))
+            self._settle_target(group)
 
     # -- online migration between classic and consumer groups -----------------------------------
 
@@ -528,6 +608,7 @@ class ConsumerGroupCoordinator:
                 self._persisted[gid] = persisted
             raise
         self._unwritten.pop(gid, None)
+        self._forget_assignment_timer(gid)
         log.info("consumer group downgraded to a classic group", group=gid, leaving=sorted(leaving),
                  members=len(remaining), protocol=self.classic.groups[gid].protocol_name, generation=group.epoch)
 
@@ -579,10 +660,13 @@ class ConsumerGroupCoordinator:
         log.info("consumer group classic member joined", group=group.group_id, member=member.member_id,
                  instance=member.instance_id, epoch=member.epoch, group_epoch=group.epoch)
         if downgrade:
-            # A changed subscription makes the assignment stale: the classic group rebalances then.
-            await self._convert_to_classic(group, set(), rebalance=group.epoch != epoch_before)
+            # A changed subscription, or a target the assignment interval still holds back, makes the
+            # assignment stale: the classic group rebalances then.
+            await self._convert_to_classic(group, set(), rebalance=group.epoch != epoch_before
+                                           or group.assignment_pending())
         else:
             await self.persist(group)
+            self._settle_target(group)
         assert member.classic is not None
         return JoinResult(ErrorCode.none, member.member_id, member.epoch, CONSUMER_PROTOCOL_TYPE,
                           member.classic.protocol_name)
@@ -640,8 +724,10 @@ class ConsumerGroupCoordinator:
                              classic=group.members[member_id].classic is not None)
                 if leaving and await self._maybe_downgrade(group, leaving):
                     return ErrorCode.none, results
-                group.remove_members(leaving, self._all_topics(), self.assignors()[0])
+                group.remove_members(leaving, self._all_topics(), self.assignors()[0], self.clock.monotonic_ms(),
+                                     self.settings(group_id).assignment_interval_ms)
                 await self.persist(group)
+                self._settle_target(group)
                 return ErrorCode.none, results
         return self.classic.leave(group_id, identities)
 
@@ -733,6 +819,7 @@ class ConsumerGroupCoordinator:
             raise
         self._persisted.pop(group_id, None)
         self._unwritten.pop(group_id, None)
+        self._forget_assignment_timer(group_id)
 
     async def expire_offsets(self, now_wall_ms: int) -> None:
         """Kafka's offset expiry for consumer groups: committed offsets of topics no member

@@ -4,7 +4,9 @@ no clock: callers pass `now_ms` and the topic metadata.
 
 Kafka's rules (GroupMetadataManager.consumerGroupHeartbeat, ConsumerGroup, CurrentAssignmentBuilder
 in Kafka 4.x): a change of membership, subscription or subscribed-topic metadata bumps the group
-epoch; the target assignment is recomputed when it is behind the group epoch; a member moves to a
+epoch; the target assignment is recomputed when it is behind the group epoch, at most once per
+`consumer.assignment.interval.ms` (Kafka 4.3+: in between, members are reconciled towards the last
+target, at its epoch); a member moves to a
 new epoch only after it has revoked (no longer reports owning) what it must give up, and receives a
 partition only once its previous owner has released it. A member that does not revoke within its
 rebalance timeout, or does not heartbeat within the session timeout, is fenced (removed).
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
@@ -134,6 +136,7 @@ class ConsumerSettings:
     session_timeout_ms: int = 45000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    assignment_interval_ms: int = 0  # consumer.assignment.interval.ms (0: every epoch change computes at once)
 
 
 @dataclass(slots=True)
@@ -148,14 +151,33 @@ def _sorted_assignment(a: Mapping[uuid.UUID, frozenset[int]]) -> tuple:
 
 
 def next_current_assignment(member: CurrentAssignment, target_epoch: int, target: Assignment,
-                            owner_epoch: Callable[[uuid.UUID, int], int], owned: Owned | None) -> CurrentAssignment:
+                            owner_epoch: Callable[[uuid.UUID, int], int], owned: Owned | None,
+                            subscribed: Container[uuid.UUID] | None = None,
+                            subscription_changed: bool = False) -> CurrentAssignment:
     """Kafka's CurrentAssignmentBuilder: the member's next state towards the target. `owner_epoch`
     gives the epoch of a partition's current owner (-1 if free); `owned` is what the member
-    reports owning (None when the heartbeat omitted it)."""
+    reports owning (None when the heartbeat omitted it). With `subscribed` (the ids of the topics
+    the member subscribes to that exist), a target's partitions of other topics count as not
+    targeted, and when the member's subscription just changed it gives up those topics at once,
+    even while the target is held back by the assignment interval."""
     def owns_any(pending: Assignment) -> bool:
         if owned is None:
             return True
         return any(p in pending.get(tid, ()) for tid, parts in owned for p in parts)
+
+    def drop_unsubscribed() -> CurrentAssignment:
+        """Kafka's updateCurrentAssignment: partitions of topics no longer subscribed are revoked
+        at the member's current epoch."""
+        if subscribed is None or all(tid in subscribed for tid in member.assigned):
+            return member
+        assigned = {tid: ps for tid, ps in member.assigned.items() if tid in subscribed}
+        pending = dict(member.pending_revocation)
+        for tid, ps in member.assigned.items():
+            if tid not in subscribed:
+                pending[tid] = pending.get(tid, frozenset()) | ps
+        if owns_any(pending):
+            return CurrentAssignment(member.epoch, member.epoch, UNREVOKED_PARTITIONS, assigned, pending)
+        return CurrentAssignment(member.epoch, member.epoch, member.state, assigned, member.pending_revocation)
 
     def compute(epoch: int) -> CurrentAssignment:
         unreleased = False
@@ -163,7 +185,7 @@ def next_current_assignment(member: CurrentAssignment, target_epoch: int, target
         revoking: dict[uuid.UUID, frozenset[int]] = {}
         adding: dict[uuid.UUID, frozenset[int]] = {}
         for tid in set(target) | set(member.assigned):
-            want = target.get(tid, frozenset())
+            want = target.get(tid, frozenset()) if subscribed is None or tid in subscribed else frozenset()
             have = member.assigned.get(tid, frozenset())
             keep = have & want
             gone = have - keep
@@ -185,10 +207,12 @@ def next_current_assignment(member: CurrentAssignment, target_epoch: int, target
         return CurrentAssignment(target_epoch, member.epoch, state, assigned, {})
 
     if member.state == STABLE:
-        return member if member.epoch == target_epoch else compute(member.epoch)
+        if member.epoch != target_epoch:
+            return compute(member.epoch)
+        return drop_unsubscribed() if subscription_changed else member
     if member.state == UNREVOKED_PARTITIONS:
         if owns_any(member.pending_revocation):
-            return member
+            return drop_unsubscribed() if subscription_changed else member
         return compute(member.epoch + 1)
     if member.state == UNRELEASED_PARTITIONS:
         return compute(member.epoch)
@@ -217,6 +241,9 @@ class ConsumerGroup:
         self.group_id = group_id
         self.epoch = 0
         self.assignment_epoch = 0
+        # When the target was last computed (monotonic ms); None when unknown (a new, emptied or
+        # upgraded group, or one loaded at start-up): the next one may run at once.
+        self.assignment_time_ms: int | None = None
         self.members: dict[str, ConsumerMember] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target: dict[str, Assignment] = {}
@@ -301,11 +328,12 @@ class ConsumerGroup:
             del self.static_members[m.instance_id]
         return m
 
-    def fence(self, member_id: str, topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+    def fence(self, member_id: str, topics: Mapping[str, TopicInfo], default_assignor: str, now_ms: int = 0,
+              interval_ms: int = 0) -> None:
         """Remove a member (leave, session or rebalance timeout) and bump the group epoch."""
         if self.remove_member(member_id) is None:
             return
-        self.refresh(topics, default_assignor, bump=True)
+        self.refresh(topics, default_assignor, bump=True, now_ms=now_ms, interval_ms=interval_ms)
 
     # -- heartbeat -------------------------------------------------------------------------------
 
@@ -354,7 +382,7 @@ class ConsumerGroup:
                   settings: ConsumerSettings) -> HeartbeatReply:
         """Apply one heartbeat (join, beat or leave) and answer it."""
         if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self.leave(hb, topics, settings.assignors[0])
+            return self.leave(hb, topics, settings.assignors[0], now_ms, settings.assignment_interval_ms)
         member, replaced = self._member_for(hb, settings)
         before = member.current
         if hb.instance_id is not None:
@@ -371,16 +399,17 @@ class ConsumerGroup:
         # next heartbeat at epoch 0 would otherwise be a first request again); after that only a
         # subscription change bumps the group epoch (Kafka's hasMemberSubscriptionChanged); topic
         # metadata changes are caught by `refresh`.
-        bump = self.epoch == 0
+        changed = False
         if hb.subscribed_names is not None and frozenset(hb.subscribed_names) != frozenset(member.subscribed_names):
             member.subscribed_names = tuple(hb.subscribed_names)
-            bump = True
+            changed = True
         if hb.subscribed_regex is not None and (hb.subscribed_regex or None) != member.subscribed_regex:
             member.subscribed_regex = hb.subscribed_regex or None
-            bump = True
+            changed = True
         self._install(member, replaced)
-        self.refresh(topics, settings.assignors[0], bump=bump)
-        self.reconcile(member, hb.owned)
+        self.refresh(topics, settings.assignors[0], bump=changed or self.epoch == 0, now_ms=now_ms,
+                     interval_ms=settings.assignment_interval_ms)
+        self.reconcile(member, hb.owned, topics, changed)
         member.session_deadline_ms = now_ms + settings.session_timeout_ms
         full = hb.member_epoch == 0 or (hb.rebalance_timeout_ms != -1 and hb.subscribed_names is not None
                                         and hb.owned is not None)
@@ -401,9 +430,16 @@ class ConsumerGroup:
         if member.member_id not in self.members:
             self.add_member(member)
 
-    def reconcile(self, member: ConsumerMember, owned: Owned | None) -> None:
+    def reconcile(self, member: ConsumerMember, owned: Owned | None, topics: Mapping[str, TopicInfo] | None = None,
+                  subscription_changed: bool = False) -> None:
+        if member.current.state == STABLE and member.epoch == self.assignment_epoch and not subscription_changed:
+            return  # a steady member: nothing to move (no per-heartbeat work beyond this check)
         target = self.target.get(member.member_id, {})
-        current = next_current_assignment(member.current, self.assignment_epoch, target, self.owner_epoch, owned)
+        subscribed = None
+        if topics is not None:
+            subscribed = {topics[n].topic_id for n in self.member_topics(member) if n in topics}
+        current = next_current_assignment(member.current, self.assignment_epoch, target, self.owner_epoch, owned,
+                                          subscribed, subscription_changed)
         if current is member.current or _same(current, member.current):
             return
         self.set_current(member, current)
@@ -419,12 +455,13 @@ class ConsumerGroup:
             if m.revocation_deadline is not None and m.revocation_deadline[0] == -1:
                 m.revocation_deadline = (now_ms + max(m.rebalance_timeout_ms, 0), m.revocation_deadline[1])
 
-    def leave(self, hb: Heartbeat, topics: Mapping[str, TopicInfo], default_assignor: str) -> HeartbeatReply:
+    def leave(self, hb: Heartbeat, topics: Mapping[str, TopicInfo], default_assignor: str, now_ms: int = 0,
+              interval_ms: int = 0) -> HeartbeatReply:
         if hb.instance_id is None:
             if hb.member_id not in self.members:
                 raise KafkaError(ErrorCode.unknown_member_id,
                                  f"Member {hb.member_id} is not a member of group {self.group_id}.")
-            self.fence(hb.member_id, topics, default_assignor)
+            self.fence(hb.member_id, topics, default_assignor, now_ms, interval_ms)
             return HeartbeatReply(hb.member_id, hb.member_epoch, None)
         existing_id = self.static_members.get(hb.instance_id)
         if existing_id is None:
@@ -437,7 +474,7 @@ class ConsumerGroup:
             self.set_current(m, replace(m.current, epoch=STATIC_LEAVE_EPOCH, pending_revocation={}))
             m.revocation_deadline = None
             return HeartbeatReply(existing_id, STATIC_LEAVE_EPOCH, None)
-        self.fence(existing_id, topics, default_assignor)
+        self.fence(existing_id, topics, default_assignor, now_ms, interval_ms)
         return HeartbeatReply(hb.member_id, hb.member_epoch, None)
 
     # -- members of the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ------------
@@ -506,9 +543,9 @@ class ConsumerGroup:
         bump = frozenset(subscription.topics) != frozenset(member.subscribed_names) or member.subscribed_regex is not None
         member.subscribed_names, member.subscribed_regex = subscription.topics, None
         self._install(member, replaced)
-        self.refresh(topics, settings.assignors[0], bump=bump)
+        self.refresh(topics, settings.assignors[0], bump=bump, now_ms=now_ms, interval_ms=settings.assignment_interval_ms)
         owned = tuple((topics[name].topic_id, parts) for name, parts in subscription.owned_partitions if name in topics)
-        self.reconcile(member, owned)
+        self.reconcile(member, owned, topics, bump)
         member.session_deadline_ms = now_ms + req.session_timeout_ms
         member.join_deadline_ms = None
         member.sync_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
@@ -622,12 +659,13 @@ class ConsumerGroup:
         classic protocol."""
         return all(m.classic is not None for m in self.members.values() if m.member_id not in leaving)
 
-    def remove_members(self, leaving: set[str], topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+    def remove_members(self, leaving: set[str], topics: Mapping[str, TopicInfo], default_assignor: str,
+                       now_ms: int = 0, interval_ms: int = 0) -> None:
         """Fence `leaving` with one epoch bump for them all (Kafka's consumerGroupFenceMembers)."""
         for member_id in sorted(leaving):
             self.remove_member(member_id)
         if leaving:
-            self.refresh(topics, default_assignor, bump=True)
+            self.refresh(topics, default_assignor, bump=True, now_ms=now_ms, interval_ms=interval_ms)
 
     # -- metadata and target assignment ----------------------------------------------------------
 
@@ -648,10 +686,11 @@ class ConsumerGroup:
         self.resolved = resolved
         return changed
 
-    def refresh(self, topics: Mapping[str, TopicInfo], default_assignor: str, *, bump: bool = False) -> bool:
+    def refresh(self, topics: Mapping[str, TopicInfo], default_assignor: str, *, bump: bool = False,
+                now_ms: int = 0, interval_ms: int = 0) -> bool:
         """Bump the epoch (once) if asked or if regex resolutions or subscribed topics' metadata
-        changed, and recompute the target assignment if it is behind the group epoch. True if
-        anything moved."""
+        changed, and recompute the target assignment if it is behind the group epoch and the
+        assignment interval allows (`next_assignment_ms`). True if anything moved."""
         before = (self.epoch, self.assignment_epoch)
         self.resolve_regexes(topics)
         signature = self._signature(topics)
@@ -660,15 +699,37 @@ class ConsumerGroup:
             bump = True
         if bump:
             self.epoch += 1
-        if self.epoch > self.assignment_epoch:
-            self._compute_target(topics, default_assignor)
+        if not self.members:
+            # Emptied: the (empty) target is current, and the next member's join computes at once,
+            # as Kafka's fencing of the last members writes the assignment epoch with no timestamp.
+            self.target = {}
+            self.assignment_epoch = self.epoch
+            self.assignment_time_ms = None
+        elif self.assignment_pending():
+            due = self.next_assignment_ms(interval_ms)
+            if due is None or now_ms >= due:
+                self.compute_target(topics, default_assignor, now_ms)
         return (self.epoch, self.assignment_epoch) != before
 
-    def _compute_target(self, topics: Mapping[str, TopicInfo], default_assignor: str) -> None:
+    def assignment_pending(self) -> bool:
+        return self.epoch > self.assignment_epoch
+
+    def next_assignment_ms(self, interval_ms: int) -> int | None:
+        """When the pending target may be computed (None: at once), as Kafka's
+        canComputeNextTargetAssignment: at once without a known previous computation or with a
+        zero interval (its escape hatch for clock corrections), else once the interval has passed."""
+        if self.assignment_time_ms is None or interval_ms == 0:
+            return None
+        return self.assignment_time_ms + interval_ms
+
+    def compute_target(self, topics: Mapping[str, TopicInfo], default_assignor: str, now_ms: int) -> None:
+        """The preferred assignor over every member at the group epoch, sticky to the previous
+        target (not to what members hold, which lags behind it while the interval holds)."""
         subs = [MemberSubscription(m.member_id, m.instance_id, self.member_topics(m)) for m in self.members.values()]
         result = assign(self.preferred_assignor(default_assignor), subs, topics, self.target)
         self.target = {m: result.get(m, {}) for m in self.members}
         self.assignment_epoch = self.epoch
+        self.assignment_time_ms = now_ms
 
     # -- timers ----------------------------------------------------------------------------------
 

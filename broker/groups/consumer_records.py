@@ -116,11 +116,19 @@ def _read_classic_member_metadata(data: bytes) -> ClassicMetadata | None:
     return ClassicMetadata(session, tuple(protocols))
 
 
-def target_metadata(group_id: str, assignment_epoch: int) -> Record:
+def target_metadata(group_id: str, assignment_epoch: int, assignment_timestamp_ms: int = 0) -> Record:
+    """AssignmentTimestamp (Kafka 4.3+, tag 0, wall-clock ms at the end of the computation; 0 when
+    unknown) is left out at its default, as Kafka writes tagged fields."""
     w = Writer()
     w.i16(0)
     w.i32(assignment_epoch)
-    w.no_tags()
+    if assignment_timestamp_ms:
+        w.uvarint(1)
+        w.uvarint(0)
+        w.uvarint(8)
+        w.i64(assignment_timestamp_ms)
+    else:
+        w.no_tags()
     return key(TARGET_METADATA, group_id), bytes(w.out)
 
 
@@ -201,6 +209,7 @@ def decode(k: bytes, value: bytes | None) -> Decoded:
         fields["classic"] = next((_read_classic_member_metadata(raw) for tag, raw in v.tags() if tag == 0), None)
     elif record_type == TARGET_METADATA:
         fields["assignment_epoch"] = v.i32()
+        fields["assignment_timestamp_ms"] = next((Reader(raw).i64() for tag, raw in v.tags() if tag == 0), 0)
     elif record_type == TARGET_MEMBER:
         fields["assignment"] = _read_topic_partitions(v)
     elif record_type == CURRENT_ASSIGNMENT:

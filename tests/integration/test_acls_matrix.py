@@ -215,11 +215,20 @@ def test_regex_subscription_resolves_only_to_describable_topics(acl_broker) -> N
         resp = raw.request(hb_request(group, member, 0, regex=f"{prefix}-.*", rebalance_ms=5000, owned=()))
         assert int(resp.error_code) == 0, resp
         assert {tp.topic_id for tp in resp.assignment.topic_partitions} == {topic_id(b, visible)}
-        # once it may describe it (and again after a heartbeat with the regex), it is assigned too
+        # once it may describe it (and again after a heartbeat with the regex), it is assigned too,
+        # at a later heartbeat when the assignment interval (1 s by default) holds the target back
         create_acls(b, acl(T, hidden, Op.DESCRIBE))
-        resp = raw.request(hb_request(group, member, resp.member_epoch, regex=f"{prefix}-.*"))
-        assert int(resp.error_code) == 0, resp
-        assert {tp.topic_id for tp in resp.assignment.topic_partitions} == {topic_id(b, visible), topic_id(b, hidden)}
+        state = {"epoch": resp.member_epoch, "owned": tuple((tp.topic_id, tuple(tp.partitions))
+                                                           for tp in resp.assignment.topic_partitions)}
+
+        def both_assigned() -> bool:
+            r = raw.request(hb_request(group, member, state["epoch"], regex=f"{prefix}-.*", owned=state["owned"]))
+            assert int(r.error_code) == 0, r
+            state["epoch"] = r.member_epoch
+            if r.assignment is not None:
+                state["owned"] = tuple((tp.topic_id, tuple(tp.partitions)) for tp in r.assignment.topic_partitions)
+            return {tid for tid, _ in state["owned"]} == {topic_id(b, visible), topic_id(b, hidden)}
+        wait_for(both_assigned, 15.0, interval=0.2, message="the newly describable topic assigned")
 
 
 def test_consumer_without_topic_read_gets_topic_authorization_failed(acl_broker) -> None:

@@ -156,6 +156,14 @@ def join(raw: rk.RawClient, group: str, member: str, topics: tuple[str, ...], **
     return raw.request(hb_request(group, member, 0, topics=topics, rebalance_ms=5000, owned=(), **kw))
 
 
+def assign_at_once(bootstrap: str, group: str) -> None:
+    """consumer.assignment.interval.ms=0 for `group`: every epoch change computes the target at once
+    (Kafka's own exact-epoch tests run so), for the raw tests that follow epochs step by step. The
+    interval itself is tested in test_consumer_assignment_interval.py."""
+    from tests.integration.share_helpers import set_group_configs
+    set_group_configs(bootstrap, group, {"consumer.assignment.interval.ms": "0"})
+
+
 def owned_of(resp: Any) -> tuple[tuple[uuid.UUID, tuple[int, ...]], ...]:
     return tuple((tp.topic_id, tuple(tp.partitions)) for tp in resp.assignment.topic_partitions)
 
@@ -163,6 +171,7 @@ def owned_of(resp: Any) -> tuple[tuple[uuid.UUID, tuple[int, ...]], ...]:
 def test_heartbeat_error_codes(cbroker: Broker) -> None:
     topic, group = new_name("t"), new_name("cg")
     create_topic(cbroker.bootstrap, topic, partitions=2)
+    assign_at_once(cbroker.bootstrap, group)
     with rk.RawClient(cbroker.bootstrap) as raw:
         def err(req: Any) -> tuple[int, str | None]:
             resp = raw.request(req)
@@ -208,6 +217,7 @@ def test_a_member_joining_a_new_group_with_no_subscription_moves_it_off_epoch_0(
     at epoch 1 and its next heartbeat (no rebalance timeout, as the client sends it) is accepted;
     the pattern matching a topic later gets it partitions."""
     topic, group = new_name("t"), new_name("cg")
+    assign_at_once(cbroker.bootstrap, group)
     with rk.RawClient(cbroker.bootstrap) as raw:
         first = raw.request(hb_request(group, "m1", 0, topics=(), rebalance_ms=5000, owned=()))
         assert (first.error_code, first.error_message, first.member_epoch) == (NONE, None, 1)
@@ -233,6 +243,7 @@ def test_group_max_size(make_broker: Any) -> None:
 def test_revocation_before_reassignment_raw(cbroker: Broker) -> None:
     topic, group = new_name("t"), new_name("cg")
     create_topic(cbroker.bootstrap, topic, partitions=4)
+    assign_at_once(cbroker.bootstrap, group)
     with rk.RawClient(cbroker.bootstrap) as raw:
         a = join(raw, group, "a", (topic,))
         assert sum(len(tp.partitions) for tp in a.assignment.topic_partitions) == 4
@@ -272,6 +283,7 @@ def test_member_that_stops_heartbeating_is_fenced_by_session_timeout(cbroker: Br
 def test_static_membership_keeps_assignment_across_restart_of_the_member(cbroker: Broker) -> None:
     topic, group = new_name("t"), new_name("cg")
     create_topic(cbroker.bootstrap, topic, partitions=4)
+    assign_at_once(cbroker.bootstrap, group)
     with rk.RawClient(cbroker.bootstrap) as raw:
         s = join(raw, group, "s1", (topic,), instance="inst-1")
         owned = owned_of(s)

@@ -5,6 +5,7 @@ that does not come back is fenced by the session timeout."""
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 from typing import Any
 
@@ -69,3 +70,41 @@ def test_group_and_offsets_survive_restart(make_broker: Any, kill: bool) -> None
         assert rows == {1: 42}
         # Without heartbeats the member is fenced by its session timeout; the group stays, empty.
         wait_for(lambda: describe(raw, group).group_state == "Empty", 20, message="member fenced")
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_the_assignment_interval_runs_on_across_a_restart(make_broker: Any, kill: bool) -> None:
+    """As Kafka 4.3+, which keeps AssignmentTimestamp in the ConsumerGroupTargetAssignmentMetadata
+    record: a target held back by consumer.assignment.interval.ms before a restart is still held
+    after it, until the interval since the last computation has passed, and then computed by the
+    coordinator without waiting for a heartbeat."""
+    interval_ms = 12000
+    b = make_broker({**FAST, "group.consumer.session.timeout.ms": "40000",
+                     "group.consumer.assignment.interval.ms": str(interval_ms)})
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"cg-{uuid.uuid4().hex[:8]}"
+    create_topic(b.bootstrap, topic, partitions=2)
+    with rk.RawClient(b.bootstrap) as raw:
+        sent_a = time.monotonic()
+        a = raw.request(hb(group, "a", 0, topics=(topic,), rebalance_ms=5000, owned=()))
+        assert (a.error_code, a.member_epoch) == (0, 1)
+        bj = raw.request(hb(group, "b", 0, topics=(topic,), rebalance_ms=5000, owned=()))
+        assert (bj.error_code, bj.member_epoch) == (0, 1)  # the interval holds epoch 2's target back
+        d = describe(raw, group)
+        assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Assigning", 2, 1), d
+    if kill:
+        b.kill()
+        b.start()
+    else:
+        b.restart()
+    with rk.RawClient(b.bootstrap) as raw:
+        d = describe(raw, group)
+        assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Assigning", 2, 1), d
+
+        def computed() -> bool:
+            g = describe(raw, group)
+            return g.assignment_epoch == g.group_epoch == 2
+        wait_for(computed, interval_ms / 1000 + 30, interval=0.1, message="the pending target after the interval")
+        assert time.monotonic() - sent_a >= interval_ms / 1000
+        targets = [{p for tp in m.target_assignment.topic_partitions for p in tp.partitions}
+                   for m in describe(raw, group).members]
+        assert sorted(map(sorted, targets)) == [[0], [1]]

@@ -118,7 +118,7 @@ def test_dynamic_set_is_small_and_explicit() -> None:
         "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
         "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.flush.interval.messages",
         "log.flush.interval.ms", "message.max.bytes", "log.cleanup.policy", "group.share.assignment.interval.ms",
-        "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
+        "group.consumer.assignment.interval.ms", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
         "errors.deadletterqueue.auto.create.topics.enable", "errors.deadletterqueue.topic.name.prefix",
     }
 
@@ -895,3 +895,62 @@ def test_share_assignment_interval_defaults_env_and_bounds() -> None:
                                      "group.share.min.assignment.interval.ms")
     with pytest.raises(ConfigError):
         load({"group.share.assignment.interval.ms": "-1"})
+
+
+def test_consumer_assignment_interval_defaults_bounds_and_dynamic_changes() -> None:
+    """Kafka's group.consumer.*assignment.interval.ms: 1000 within [0, 15000], the start-up
+    checks, the dynamic broker default, and the group-level consumer.assignment.interval.ms held
+    within the broker's bounds (refused outside them, capped if the bounds narrow later)."""
+    cfg = BrokerConfig.load(None, env={}, overrides={})
+    assert (cfg["group.consumer.assignment.interval.ms"], cfg["group.consumer.min.assignment.interval.ms"],
+            cfg["group.consumer.max.assignment.interval.ms"]) == (1000, 0, 15000)
+    assert group_config(cfg, {}).consumer_assignment_interval_ms == 1000
+    cfg = BrokerConfig.load(None, env={"KAFKA_GROUP_CONSUMER_ASSIGNMENT_INTERVAL_MS": "0"}, overrides={})
+    assert cfg["group.consumer.assignment.interval.ms"] == 0
+    with pytest.raises(ConfigError) as err:
+        load({"group.consumer.assignment.interval.ms": "20000"})
+    assert str(err.value).startswith("group.consumer.assignment.interval.ms must be less than or equal to "
+                                     "group.consumer.max.assignment.interval.ms")
+    with pytest.raises(ConfigError) as err:
+        load({"group.consumer.min.assignment.interval.ms": "2000"})
+    assert str(err.value).startswith("group.consumer.assignment.interval.ms must be greater than or equal to "
+                                     "group.consumer.min.assignment.interval.ms")
+    with pytest.raises(ConfigError) as err:
+        load({"group.consumer.min.assignment.interval.ms": "100", "group.consumer.max.assignment.interval.ms": "50",
+              "group.consumer.assignment.interval.ms": "75"})
+    assert str(err.value).startswith("group.consumer.max.assignment.interval.ms must be greater than or equal to "
+                                     "group.consumer.min.assignment.interval.ms")
+    with pytest.raises(ConfigError):
+        load({"group.consumer.assignment.interval.ms": "-1"})
+
+    # The broker default is dynamic (the bounds are not), and a group without an override follows it.
+    cfg = load({"group.consumer.max.assignment.interval.ms": "5000"})
+    cfg.alter("group.consumer.assignment.interval.ms", "250")
+    assert group_config(cfg, {}).consumer_assignment_interval_ms == 250
+    entry = by_name(describe_broker_configs(cfg))["group.consumer.assignment.interval.ms"]
+    assert (entry.value, entry.source, entry.read_only) == ("250", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, False)
+    assert by_name(describe_broker_configs(cfg))["group.consumer.max.assignment.interval.ms"].read_only
+    with pytest.raises(ConfigError) as err:
+        cfg.alter("group.consumer.assignment.interval.ms", "6000")
+    assert "must be less than or equal to group.consumer.max.assignment.interval.ms" in str(err.value)
+    with pytest.raises(ConfigError):
+        cfg.alter("group.consumer.max.assignment.interval.ms", "9000")
+
+    assert validate_group_config(cfg, "consumer.assignment.interval.ms", "0") == 0
+    assert validate_group_config(cfg, "consumer.assignment.interval.ms", "5000") == 5000
+    with pytest.raises(ConfigError) as err:
+        validate_group_config(cfg, "consumer.assignment.interval.ms", "5001")
+    assert str(err.value).startswith("consumer.assignment.interval.ms must be less than or equal to "
+                                     "group.consumer.max.assignment.interval.ms")
+    with pytest.raises(ConfigError):
+        validate_group_config(cfg, "consumer.assignment.interval.ms", "-1")
+    narrow = load({"group.consumer.min.assignment.interval.ms": "100", "group.consumer.max.assignment.interval.ms": "200",
+                   "group.consumer.assignment.interval.ms": "150"})
+    with pytest.raises(ConfigError) as err:
+        validate_group_config(narrow, "consumer.assignment.interval.ms", "50")
+    assert str(err.value).startswith("consumer.assignment.interval.ms must be greater than or equal to "
+                                     "group.consumer.min.assignment.interval.ms")
+    assert group_config(narrow, {"consumer.assignment.interval.ms": "5000"}).consumer_assignment_interval_ms == 200
+    assert group_config(narrow, {"consumer.assignment.interval.ms": "0"}).consumer_assignment_interval_ms == 100
+    described = by_name(describe_group_configs(narrow, {}))["consumer.assignment.interval.ms"]
+    assert (described.value, described.source, described.config_type) == ("150", ConfigSource.DEFAULT_CONFIG, 3)

@@ -163,6 +163,82 @@ def test_session_timeout_fences() -> None:
     assert g.state == "Empty" and not g.owners
 
 
+# -- consumer.assignment.interval.ms -------------------------------------------------------------
+
+PACED = ConsumerSettings(session_timeout_ms=60_000, assignment_interval_ms=1000)
+
+
+def test_assignment_interval_holds_the_next_target_back() -> None:
+    """Kafka 4.3+'s canComputeNextTargetAssignment: the first target at once; within the interval a
+    join only bumps the group epoch and the joiner is reconciled towards the last target (empty, at
+    its epoch); once the interval has passed the pending target is computed, sticky to the last."""
+    g = ConsumerGroup("g")
+    paced_join = lambda m, now: g.heartbeat(Heartbeat(m, 0, rebalance_timeout_ms=1000, subscribed_names=("a",),  # noqa: E731
+                                                      owned=()), TOPICS, now, PACED)
+    r1 = paced_join("m1", 100)
+    assert (r1.member_epoch, g.assignment_time_ms) == (1, 100)
+    assert sum(len(p) for p in r1.assignment.values()) == 6  # type: ignore[union-attr]
+    first_target = dict(g.target["m1"])
+    r2 = paced_join("m2", 600)
+    assert (g.epoch, g.assignment_epoch, g.state) == (2, 1, "Assigning")
+    assert r2.member_epoch == 1 and r2.assignment == {}  # the last target's epoch, nothing in it for m2
+    assert g.target == {"m1": first_target} and g.next_assignment_ms(PACED.assignment_interval_ms) == 1100
+    assert g.next_assignment_ms(0) is None  # Kafka's escape hatch: a zero interval computes at once
+    owned = tuple((t, tuple(sorted(ps))) for t, ps in first_target.items())
+    r1 = g.heartbeat(Heartbeat("m1", 1, owned=owned), TOPICS, 1099, PACED)
+    assert r1.assignment is None and g.assignment_epoch == 1  # answered from the last target
+    r1 = g.heartbeat(Heartbeat("m1", 1, owned=owned), TOPICS, 1100, PACED)
+    assert (g.assignment_epoch, g.assignment_time_ms) == (2, 1100)
+    assert partitions(g.target, "m1") < {(T1, p) for p in first_target[T1]}  # sticky: m1 keeps part of its own
+    assert len(partitions(g.target, "m1")) == len(partitions(g.target, "m2")) == 3
+
+
+def test_assignment_interval_leave_bumps_only_and_an_emptied_group_assigns_at_once() -> None:
+    g = ConsumerGroup("g")
+    for i, m in enumerate(("m1", "m2")):
+        g.heartbeat(Heartbeat(m, 0, rebalance_timeout_ms=1000, subscribed_names=("a",), owned=()), TOPICS, i,
+                    ConsumerSettings(session_timeout_ms=60_000))  # interval 0: both assigned at once
+    assert g.assignment_epoch == 2
+    g.heartbeat(Heartbeat("m2", -1), TOPICS, 500, PACED)
+    assert (g.epoch, g.assignment_epoch) == (3, 2) and set(g.target) == {"m1"}  # m2's target is gone with it
+    assert len(partitions(g.target, "m1")) == 3  # the orphaned partitions wait for the next target
+    g.fence("m1", TOPICS, "uniform", 600, 1000)
+    assert (g.state, g.epoch, g.assignment_epoch, g.assignment_time_ms) == ("Empty", 4, 4, None)
+    r = g.heartbeat(Heartbeat("m3", 0, rebalance_timeout_ms=1000, subscribed_names=("a",), owned=()), TOPICS, 700,
+                    PACED)
+    assert r.member_epoch == 5 and sum(len(p) for p in r.assignment.values()) == 6  # type: ignore[union-attr]
+
+
+def test_assignment_interval_applies_to_metadata_changes() -> None:
+    g = ConsumerGroup("g")
+    g.heartbeat(Heartbeat("m1", 0, rebalance_timeout_ms=1000, subscribed_names=("a",), owned=()), TOPICS, 0, PACED)
+    grown = {**TOPICS, "a": TopicInfo("a", T1, 8)}
+    assert g.refresh(grown, "uniform", now_ms=10, interval_ms=1000)  # the epoch moved...
+    assert (g.epoch, g.assignment_epoch) == (2, 1) and len(partitions(g.target, "m1")) == 6  # ...not the target
+    assert g.refresh(grown, "uniform", now_ms=1000, interval_ms=1000)
+    assert g.assignment_epoch == 2 and len(partitions(g.target, "m1")) == 8
+
+
+def test_a_subscription_change_within_the_interval_gives_up_unsubscribed_topics_at_once() -> None:
+    """Kafka 4.3+'s CurrentAssignmentBuilder with hasSubscriptionChanged: while the interval holds
+    the next target back, a member that drops a topic from its subscription revokes that topic's
+    partitions at its next heartbeat (at its current epoch), not when the target is computed."""
+    g = ConsumerGroup("g")
+    r = g.heartbeat(Heartbeat("m1", 0, rebalance_timeout_ms=1000, subscribed_names=("a", "b"), owned=()), TOPICS, 0,
+                    PACED)
+    assert set(r.assignment) == {T1, T2}  # type: ignore[arg-type]
+    owned = tuple((t, tuple(sorted(ps))) for t, ps in g.members["m1"].current.assigned.items())
+    r = g.heartbeat(Heartbeat("m1", 1, subscribed_names=("a",), owned=owned), TOPICS, 10, PACED)
+    assert (g.epoch, g.assignment_epoch) == (2, 1)  # the target still has b's partitions...
+    cur = g.members["m1"].current
+    assert (r.member_epoch, cur.state) == (1, UNREVOKED_PARTITIONS)  # ...but the member gives them up now
+    assert set(r.assignment) == {T1} and cur.pending_revocation == {T2: frozenset({0, 1, 2})}  # type: ignore[arg-type]
+    kept = tuple((t, tuple(sorted(ps))) for t, ps in cur.assigned.items())
+    r = g.heartbeat(Heartbeat("m1", 1, owned=kept), TOPICS, 20, PACED)
+    assert (r.member_epoch, g.members["m1"].current.state) == (1, STABLE)  # revoked; the target is still pending
+    assert not any(tid == T2 for tid, _ in g.owners)  # b's partitions are free for others
+
+
 @pytest.mark.parametrize(("hb", "version", "message"), [
     (Heartbeat("", 0, rebalance_timeout_ms=1, subscribed_names=("a",), owned=()), 1, "MemberId can't be empty."),
     (Heartbeat("m", 0, subscribed_names=("a",), owned=()), 1, "RebalanceTimeoutMs must be provided in first request."),
@@ -195,3 +271,10 @@ def test_records_round_trip() -> None:
     assert rec.decode(*rec.group_metadata("g", 7)).fields == {"epoch": 7}
     assert rec.decode(*rec.regular_expression("g", "t.*", ("ta",), 1, 2)).fields == {"topics": ("ta",)}
     assert rec.decode(rec.key(rec.TARGET_MEMBER, "g", "m1"), None).fields is None
+    # AssignmentTimestamp (Kafka 4.3+): tag 0, left out at its default 0
+    k, v = rec.target_metadata("g", 5)
+    assert v == b"\x00\x00" + (5).to_bytes(4, "big") + b"\x00"
+    assert rec.decode(k, v).fields == {"assignment_epoch": 5, "assignment_timestamp_ms": 0}
+    k, v = rec.target_metadata("g", 5, 1_700_000_000_123)
+    assert v == b"\x00\x00" + (5).to_bytes(4, "big") + b"\x01\x00\x08" + (1_700_000_000_123).to_bytes(8, "big")
+    assert rec.decode(k, v).fields == {"assignment_epoch": 5, "assignment_timestamp_ms": 1_700_000_000_123}
