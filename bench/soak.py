@@ -2,8 +2,13 @@
 rate into a 4-partition topic; a classic consumer group committing as it goes; two explicit-ack
 ShareConsumers that accept most records, release some (they come back) and reject a few. Every
 interval the broker's RSS, open descriptors, the size on disk of `__share_group_state` and
-`__consumer_offsets`, and the producer's delivery latency in that interval are printed; at the end,
-the first sample beside the last.
+`__consumer_offsets`, the size of all offset and time indexes (the broker holds them in memory as
+well: about 20 bytes per 4 KiB of log, until retention deletes their segment), and the producer's
+delivery latency in that interval are printed; at the end, the first sample beside the last.
+
+Without retention settings the log only grows, and the indexes (so RSS) with it; to see the steady
+state, bound the log: `-o log.segment.bytes=8388608 -o log.retention.bytes=33554432
+-o log.retention.check.interval.ms=30000` (and the state topic's segments, see the README).
 
     python -m bench.soak [--minutes 30] [--rate 500] [--interval 60] [-o NAME=VALUE ...]"""
 
@@ -85,6 +90,12 @@ def dir_mb(data: Path, prefix: str) -> float:
     return total / 1e6
 
 
+def index_mb(data: Path) -> float:
+    """The offset and time indexes of every partition: their files hold what the broker keeps in
+    memory (less the last few entries, written in groups)."""
+    return sum(f.stat().st_size for pattern in ("*/*.index", "*/*.timeindex") for f in data.glob(pattern)) / 1e6
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30)
@@ -103,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         procs = [child(producer, b.bootstrap, args.rate, stop, latencies), child(classic, b.bootstrap, stop),
                  child(share, b.bootstrap, 0, stop), child(share, b.bootstrap, 1, stop)]
         rows: list[dict[str, float]] = []
-        print(f"{'min':>5} {'RSS MB':>7} {'fds':>5} {'state MB':>8} {'offsets MB':>10} {'p50 ms':>7} {'p99 ms':>7}")
+        print(f"{'min':>5} {'RSS MB':>7} {'fds':>5} {'state MB':>8} {'offsets MB':>10} {'index MB':>8} {'p50 ms':>7} {'p99 ms':>7}")
         end = time.monotonic() + args.minutes * 60
         try:
             t0 = time.monotonic()
@@ -115,18 +126,19 @@ def main(argv: list[str] | None = None) -> None:
                 took.sort()
                 row = {"min": (time.monotonic() - t0) / 60, "rss": rss_mb(b.proc.pid), "fds": open_fds(b.proc.pid),
                        "state": dir_mb(data, "__share_group_state"), "offsets": dir_mb(data, "__consumer_offsets"),
+                       "index": index_mb(data),
                        "p50": statistics.median(took) if took else float("nan"),
                        "p99": took[int(len(took) * 0.99)] if took else float("nan")}
                 rows.append(row)
                 print(f"{row['min']:>5.1f} {row['rss']:>7.1f} {row['fds']:>5.0f} {row['state']:>8.2f} "
-                      f"{row['offsets']:>10.2f} {row['p50']:>7.1f} {row['p99']:>7.1f}", flush=True)
+                      f"{row['offsets']:>10.2f} {row['index']:>8.2f} {row['p50']:>7.1f} {row['p99']:>7.1f}", flush=True)
         finally:
             stop.set()
             reap(procs)
         if len(rows) >= 2:
             first, last = rows[0], rows[-1]
             print("first vs last: " + ", ".join(f"{k} {first[k]:.1f} -> {last[k]:.1f}"
-                                                for k in ("rss", "fds", "state", "offsets", "p99")))
+                                                for k in ("rss", "fds", "state", "offsets", "index", "p99")))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ _LARGE = 8 * 1024  # frames above this get a buffer of their own...
 _FIRST_CHUNK = 1 << 20  # ...sized to what arrived, at most this at first, doubled as bytes come
 _MAX_QUEUED = 16  # frames waiting for the connection task before reading pauses...
 _MAX_QUEUED_BYTES = 8 << 20  # ...or bytes of them
-_MAX_SPARE_BYTES = 8 << 20  # frame buffers kept for reuse, per connection
+_MAX_SPARE_BYTES = 8 << 20  # frame buffers kept for reuse, per connection...
+# ...and at most this many: a pipelining client has a few large frames in flight at once (Java's
+# max.in.flight.requests.per.connection is 5), one being handled and the next arriving.
+_MAX_SPARES = 4
 _WRITE_HIGH_WATER = 1 << 20
 
 
@@ -249,11 +252,18 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._start, self._end = start, end
 
     def _spare_for(self, size: int) -> bytearray:
+        """The smallest spare that holds `size` bytes, else a new buffer of the next power of two
+        (up to _FIRST_CHUNK; larger ones grow by doubling anyway): buffers of exactly each frame's
+        size rarely fit the next, larger frame, so a connection went on allocating and, up to
+        _MAX_SPARE_BYTES, keeping buffers of every size it had seen."""
         spares = self._spares
+        best = -1
         for i, spare in enumerate(spares):
-            if len(spare) >= size:
-                return spares.pop(i)
-        return bytearray(size)
+            if len(spare) >= size and (best < 0 or len(spare) < len(spares[best])):
+                best = i
+        if best >= 0:
+            return spares.pop(best)
+        return bytearray(1 << (size - 1).bit_length() if size <= _FIRST_CHUNK else size)
 
     def _truncation(self) -> FrameEnd | None:
         if self._large is not None:
@@ -334,9 +344,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
             except BufferError:
                 return
             owner.append(0)
-            kept = sum(len(b) for b in self._spares)
-            if kept + len(owner) <= _MAX_SPARE_BYTES:
-                self._spares.append(owner)
+            if len(owner) > _MAX_SPARE_BYTES:
+                return
+            spares = self._spares
+            spares.append(owner)
+            # Over the bounds the smallest go: the larger serve every frame the smaller would.
+            while len(spares) > _MAX_SPARES or sum(len(b) for b in spares) > _MAX_SPARE_BYTES:
+                del spares[min(range(len(spares)), key=lambda i: len(spares[i]))]
 
     def write(self, data: bytes) -> None:
         """Queue a response; responses queued in one turn of the event loop (a pipelining client's

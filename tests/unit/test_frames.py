@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from sharebroker.broker.frames import _LARGE, _MAX_QUEUED, _MAX_QUEUED_BYTES, FrameEnd, FrameProtocol
+from sharebroker.broker.frames import _LARGE, _MAX_QUEUED, _MAX_QUEUED_BYTES, _MAX_SPARES, FrameEnd, FrameProtocol
 
 
 class FakeTransport:
@@ -141,6 +141,31 @@ async def test_recycle_keeps_a_buffer_someone_still_views():
     proto.recycle(held)
     assert proto._spares == []
     inner.release()
+
+
+async def test_buffers_kept_for_reuse_stop_growing_under_frames_of_every_size():
+    """A producer's requests differ in size from one to the next. The buffers a connection keeps
+    for its large frames must settle (issue 24: the soak's broker kept a new one for each larger
+    request it saw, 16 of them and climbing after ten minutes): at most _MAX_SPARES, and after a
+    warm-up every frame lands in a kept buffer, none is allocated."""
+    rnd = random.Random(24)
+    proto, _, _ = make()
+    allocated = []
+    largest = 250_000  # frames of 20 KB to 250 KB: buffers of 32 KiB to 256 KiB
+    for _ in range(400):
+        depth = rnd.randint(1, _MAX_SPARES)  # frames in flight at once (pipelining)
+        kept = {id(b) for b in proto._spares}
+        sizes = [rnd.randint(20_000, largest) for _ in range(depth)]  # above the staging buffer
+        for i, size in enumerate(sizes):
+            feed(proto, frame(struct.pack(">hhi", 0, 9, i) + bytes(size - 8)), [65536])
+        held = [await proto.read_frame() for _ in sizes]
+        assert [len(h) for h in held] == sizes
+        allocated.append(sum(id(h.obj) not in kept for h in held))
+        for h in held:
+            proto.recycle(h)
+        assert len(proto._spares) <= _MAX_SPARES
+        assert sum(len(b) for b in proto._spares) <= _MAX_SPARES * 2 * largest
+    assert sum(allocated[200:]) == 0, [i for i, n in enumerate(allocated) if n]
 
 
 async def test_reading_pauses_while_frames_queue_up_and_resumes_as_they_are_taken():

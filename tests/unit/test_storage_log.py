@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import struct
 import threading
@@ -13,6 +14,7 @@ from kio.records.readers import read_batch
 from sharebroker.protocol.record_batch import encode_batch, parse_batches
 from sharebroker.storage import LogConfig, OffsetOutOfRange, PartitionLog
 from sharebroker.storage.partition_log import LogClosedError
+from sharebroker.storage.segment import LogSegment
 
 NOW = 1_700_000_000_000
 
@@ -468,6 +470,30 @@ def test_retention_by_size(tmp_path: Path) -> None:
     assert sum(sizes) - log.size_bytes == sum(sizes[:len(sizes) - len(log.segments)])
     res = log.read(log.log_start_offset, 10**6)
     assert decode(res.records)[-1] == (19, 19)
+    log.close()
+
+
+def test_a_steady_stream_under_retention_holds_bounded_index_memory(tmp_path: Path) -> None:
+    """Every segment keeps its offset and time index in memory (up to 20 bytes per
+    index.interval.bytes of log), so under a steady stream the broker's memory is bounded by what
+    retention keeps: a deleted segment must take its indexes with it, nothing may hold on to it."""
+    path = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=2000, index_interval_bytes=100, retention_bytes=6000, retention_ms=-1)
+    log = open_log(path, config)
+    feed = Feed(log)
+    deleted = 0
+    for _ in range(30):
+        for _ in range(20):
+            feed.put(1, size=100)
+        deleted += len(log.apply_retention(NOW))
+        gc.collect()
+        alive = [o for o in gc.get_objects() if isinstance(o, LogSegment) and o.directory == path]
+        assert len(alive) == len(log.segments)
+        entries = sum(s.index_entries + s.time_index_entries for s in log.segments)
+        # retention keeps under retention.bytes plus one segment, and the active one grows to a segment
+        assert entries <= 2 * (config.retention_bytes + 2 * config.segment_bytes) // config.index_interval_bytes
+        del alive
+    assert deleted > 50 and log.log_start_offset > 0
     log.close()
 
 
