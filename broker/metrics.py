@@ -17,8 +17,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder", "count_errors",
-           "error_name"]
+__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder", "all_none",
+           "count_errors", "error_name"]
 
 # Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
 # their MaxWaitMs, so the buckets reach well past the clients' default 500 ms.
@@ -62,6 +62,16 @@ def error_name(code: Any) -> str:
     """Kafka's name of an error code (an ErrorCode or an int): NONE, UNKNOWN_TOPIC_OR_PARTITION, ..."""
     name = _ERROR_NAMES.get(code)
     return name if name is not None else str(code)
+
+
+# {"NONE": n} for the responses whose every error code is NONE (nearly all): one shared dict per n,
+# which the recorder only reads, instead of a new one per request.
+_ALL_NONE = [{"NONE": n} for n in range(65)]
+
+
+def all_none(n: int) -> dict[str, int]:
+    """The error counts of a response with n error codes, all NONE."""
+    return _ALL_NONE[n] if n < len(_ALL_NONE) else {"NONE": n}
 
 
 def count_errors(entity: Any, counts: dict[str, int]) -> None:

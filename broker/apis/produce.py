@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import CloseConnection, api, error_response
 from sharebroker.broker.flusher import now_ms
-from sharebroker.broker.metrics import error_name
+from sharebroker.broker.metrics import all_none, error_name
 from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 
 from sharebroker.broker.structured_log import Repeats, get_logger
@@ -213,11 +213,14 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             raise CloseConnection()
         return None
     if broker.metrics.enabled:  # errorCounts: each partition (the response has no top-level code)
-        errors = conn.response_errors = {}
-        for t in responses:
-            for e in t.partitions:
-                name = error_name(e.error_code)
-                errors[name] = errors.get(name, 0) + 1
+        if failed:
+            errors = conn.response_errors = {}
+            for t in responses:
+                for e in t.partitions:
+                    name = error_name(e.error_code)
+                    errors[name] = errors.get(name, 0) + 1
+        else:
+            conn.response_errors = all_none(sum(len(t.partitions) for t in responses))
     frame: list[Buffer] = [encode_produce_response(req.correlation_id, v, responses)]
     return frame
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.broker.metrics import error_name
+from sharebroker.broker.metrics import all_none, error_name
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.authorization import GROUP_DENIED, Op, Res, allows, topic_refusal
 from sharebroker.broker.apis.share_common import (
@@ -249,10 +249,15 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
     if broker.metrics.enabled:  # the top level, then each partition (errorCounts)
-        errors = conn.response_errors = {"NONE": 1}
         for e in entries.values():
-            name = "NONE" if not e.error_code else error_name(e.error_code)
-            errors[name] = errors.get(name, 0) + 1
+            if e.error_code:
+                errors = conn.response_errors = {"NONE": 1}
+                for e in entries.values():
+                    name = error_name(e.error_code)
+                    errors[name] = errors.get(name, 0) + 1
+                break
+        else:
+            conn.response_errors = all_none(1 + len(entries))
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],
         acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms)

@@ -45,6 +45,7 @@ LATEST, EARLIEST = -1, -2
 HISTORY_EVENTS = 256  # record events a leader remembers for the admin view's delivery history
 _STATE_NAMES = {0: "available", 1: "acquired", 2: "acknowledged", 3: "archiving", 4: "archived"}
 _ACK_NAMES = {0: "gap", 1: "accept", 2: "release", 3: "reject", 4: "renew"}
+_ACCEPT = 1
 
 
 class RecordEvent(NamedTuple):
@@ -71,6 +72,16 @@ def ack_runs(first: int, last: int, types: list[int]) -> list[tuple[int, int, in
         runs.append((lo, hi, t))
         lo = hi + 1
     return runs
+
+
+def _accepts_only(batches: list[tuple[int, int, list[int]]]) -> bool:
+    """Whether an acknowledgement only accepts. The view's history leaves those out: it explains
+    poison records (archived, or at the delivery limit and not acknowledged), which an accepted
+    record never is, and the common case then costs the hot path this check alone."""
+    for _, _, types in batches:
+        if types[0] != _ACCEPT or (len(types) > 1 and types.count(_ACCEPT) != len(types)):
+            return False
+    return True
 
 
 def _map_persister_error(exc: KafkaError) -> KafkaError:
@@ -444,11 +455,11 @@ class SharePartitionLeader:
         write = sp.acknowledge(member_id, batches, limits=limits, now_ms=self.clock.monotonic_ms(), is_renew=is_renew)
         if write is None:
             self._arm_timer()
-            if self.observed:
+            if self.observed and (self.trace or not _accepts_only(batches)):
                 self._ack_events(member_id, batches, None)
             return
         await self._persist(write)
-        if self.observed:
+        if self.observed and (self.trace or not _accepts_only(batches)):
             self._ack_events(member_id, batches, write)
 
     def _ack_events(self, member_id: str, batches: list[tuple[int, int, list[int]]], write: StateWrite | None) -> None:

@@ -165,3 +165,14 @@ def test_prometheus_client_is_not_imported_by_the_broker() -> None:
     code = "import sys, sharebroker.broker.server, sharebroker.cli.main; print('prometheus_client' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "False"
+
+
+def test_the_view_history_leaves_out_acknowledgements_that_only_accept() -> None:
+    """An accepted record is never poison, so the history the view keeps for poison records skips
+    acknowledgements that only accept (the trace log still has them)."""
+    from sharebroker.broker.share.leader import _accepts_only
+
+    assert _accepts_only([(0, 0, [ACCEPT]), (3, 5, [ACCEPT, ACCEPT, ACCEPT])])
+    assert not _accepts_only([(0, 0, [ACCEPT]), (1, 1, [REJECT])])
+    assert not _accepts_only([(0, 2, [ACCEPT, RELEASE, ACCEPT])])
+    assert not _accepts_only([(0, 2, [0, ACCEPT, ACCEPT])])  # a gap
