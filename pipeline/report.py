@@ -249,6 +249,8 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     data_dir, output_dir = Path(data_dir).resolve(), Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     warm = _WarmUp(spark, output_dir)  # Spark's first Python job's start-up, meanwhile
+    # Without worker reuse the warm-up's workers exit with its tasks: it would only cost.
+    warm_up = warm_up and spark.sparkContext.getConf().get("spark.python.worker.reuse", "true").lower() == "true"
     if warm_up:
         warm.start()
     segments = list_segments(data_dir)
