@@ -135,6 +135,9 @@ class ReportSummary:
     throughput: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # topic -> (bucket start s, records)
     # The scan job: its wall time, and per task its segments, bytes, start (epoch s), wall and CPU s.
     scan_s: float = 0.0
+    # The warm-up job (_WarmUp): its wall time, and how long the scan still waited for it.
+    warm_up_s: float = 0.0
+    warm_up_wait_s: float = 0.0
     scan_tasks: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -175,17 +178,47 @@ def _scan(spark: SparkSession, segments: list[Segment], output_dir: Path, archiv
     """The one Spark job: every segment read once, records/ written by the tasks, the small tables
     (report_scan.TABLES) back to the driver."""
     tasks = pack_tasks(segments, spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
-    plan = json.dumps({"tasks": [[[s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id] for s in t]
-                                 for t in tasks],
-                       "archived": [[t, p, [list(r) for r in ranges]] for (t, p), ranges in archived.items()]})
-    spark.dataSource.register(ReportScanSource)
-    rows = spark.read.format(ReportScanSource.name()).option("output", str(output_dir)).option("plan", plan) \
-        .load().collect() if tasks else []
+    rows = _run_scan(spark, tasks, output_dir, archived) if tasks else []
     parts: dict[str, list[pa.Table]] = defaultdict(list)
     for row in rows:
         parts[row["table"]].append(ipc_table(bytes(row["payload"])))
     return {name: pa.concat_tables(parts[name]) if parts[name] else schema.empty_table()
             for name, schema in TABLES.items()}
+
+
+def _run_scan(spark: SparkSession, tasks: Sequence[Sequence[Segment]], output_dir: Path,
+              archived: Archived) -> list[Any]:
+    plan = json.dumps({"tasks": [[[s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id] for s in t]
+                                 for t in tasks],
+                       "archived": [[t, p, [list(r) for r in ranges]] for (t, p), ranges in archived.items()]})
+    spark.dataSource.register(ReportScanSource)
+    return spark.read.format(ReportScanSource.name()).option("output", str(output_dir)).option("plan", plan) \
+        .load().collect()
+
+
+class _WarmUp(threading.Thread):
+    """The scan's data source run once over no segments, one empty task per core, while the driver
+    lists the directory and replays `__share_group_state`. A session's first Python data source
+    job costs seconds the later ones do not: the JVM loading and compiling its classes, Spark
+    starting a Python process for each of the two planning calls (the source's schema, then its
+    reader and partitions) and the executors' Python workers, each worker importing pyarrow, numpy
+    and the scan. Paid here, in parallel with the driver's own work, the scan then finds them
+    running (`spark.python.worker.reuse`, Spark's default) and its tasks start at once. Its error,
+    if any, is left to the scan to raise with the segments in hand."""
+
+    def __init__(self, spark: SparkSession, output_dir: Path) -> None:
+        super().__init__(name="spark-warm-up", daemon=True)
+        self.spark, self.output_dir = spark, output_dir
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        try:
+            _run_scan(self.spark, [[] for _ in range(self.spark.sparkContext.defaultParallelism)], self.output_dir, {})
+        except Exception:  # noqa: BLE001 - the scan itself fails the same way, and says so
+            pass
+        finally:
+            self.seconds = time.perf_counter() - started
 
 
 def preview(payload: bytes | None) -> str:
@@ -207,13 +240,19 @@ def _bucket_seconds(first_ms: int, last_ms: int) -> int:
 
 def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
                progress: Callable[[str], None] | None = None,
-               throughput_bucket_s: int | None = None) -> ReportSummary:
+               throughput_bucket_s: int | None = None, warm_up: bool = True) -> ReportSummary:
     """Parse `data_dir` into Parquet tables under `output_dir`, compute the queue metrics and write
     report.md with its charts. Nothing is written to `data_dir`; a live broker's may be read.
-    `throughput_bucket_s` fixes the throughput bucket (default: from the records' time span)."""
+    `throughput_bucket_s` fixes the throughput bucket (default: from the records' time span).
+    `warm_up=False` skips the warm-up job (_WarmUp): for measuring what it saves."""
     say = progress or (lambda _text: None)
     data_dir, output_dir = Path(data_dir).resolve(), Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
+    warm = _WarmUp(spark, output_dir)  # Spark's first Python job's start-up, meanwhile
+    # Without worker reuse the warm-up's workers exit with its tasks: it would only cost.
+    warm_up = warm_up and spark.sparkContext.getConf().get("spark.python.worker.reuse", "true").lower() == "true"
+    if warm_up:
+        warm.start()
     segments = list_segments(data_dir)
     kinds = split_segments(segments)
     names = topic_names(data_dir, segments)
@@ -250,7 +289,11 @@ def run_report(spark: SparkSession, data_dir: Path, output_dir: Path, *,
     say("reading every other segment once -> records/ (by topic), segments/, consumer_offsets/, archived/")
     shutil.rmtree(output_dir / "records", ignore_errors=True)
     # Empty segments (every internal partition has one) hold nothing: no task for them.
+    waited = time.perf_counter()
+    if warm_up:
+        warm.join()  # its Python workers are then idle: the scan's tasks take them
     scan_start = time.perf_counter()
+    summary.warm_up_s, summary.warm_up_wait_s = warm.seconds, scan_start - waited
     tables = _scan(spark, [s for s in segments if s.size > 0 and s.topic != SHARE_STATE_TOPIC], output_dir,
                    archived)
     summary.scan_s = time.perf_counter() - scan_start

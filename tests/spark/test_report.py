@@ -174,6 +174,14 @@ def test_report_on_a_hand_written_dir_without_groups(spark, tmp_path):
     report = (out / "report.md").read_text()
     assert "No share groups." in report and "No committed offsets." in report and "| 2024 | 0 | 4 | 0 | 4 |" in report
     assert all((out / c).read_bytes()[:8] == PNG for c in ("throughput.png", "delivery_counts.png", "lag.png"))
+    # The warm-up job (the scan over no segments, beside the state replay) ran and left nothing behind:
+    # only the report's own files, the one record file of the one task that read the segment.
+    assert s.warm_up_s > 0
+    assert sorted(p.relative_to(out).as_posix() for p in (out / "records").rglob("*") if p.is_file()) == \
+        ["records/topic=2024/part-00000.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([
+        "archived", "classic_lag", "consumer_offsets", "delivery_counts.png", "lag.png", "records", "report.md",
+        "segments", "share_lag", "share_state", "share_state_ranges", "throughput", "throughput.png"])
 
 
 def test_preview_is_printable_and_cut():
