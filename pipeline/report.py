@@ -25,7 +25,6 @@ archived records with a payload preview, and throughput over time, and writes `r
 from __future__ import annotations
 
 import heapq
-import json
 import shutil
 import threading
 import time
@@ -62,7 +61,7 @@ from sharebroker.pipeline.analytics import (
     summarize_segment,
     topic_names,
 )
-from sharebroker.pipeline.report_source import ReportScanSource
+from sharebroker.pipeline.report_source import ScanTasks
 from sharebroker.pipeline.report_scan import (
     BATCH_TYPE,
     Archived,
@@ -180,31 +179,29 @@ def _scan(spark: SparkSession, segments: list[Segment], output_dir: Path, archiv
     tasks = pack_tasks(segments, spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
     rows = _run_scan(spark, tasks, output_dir, archived) if tasks else []
     parts: dict[str, list[pa.Table]] = defaultdict(list)
-    for row in rows:
-        parts[row["table"]].append(ipc_table(bytes(row["payload"])))
+    for name, payload in rows:
+        parts[name].append(ipc_table(payload))
     return {name: pa.concat_tables(parts[name]) if parts[name] else schema.empty_table()
             for name, schema in TABLES.items()}
 
 
 def _run_scan(spark: SparkSession, tasks: Sequence[Sequence[Segment]], output_dir: Path,
-              archived: Archived) -> list[Any]:
-    plan = json.dumps({"tasks": [[[s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id] for s in t]
-                                 for t in tasks],
-                       "archived": [[t, p, [list(r) for r in ranges]] for (t, p), ranges in archived.items()]})
-    spark.dataSource.register(ReportScanSource)
-    return spark.read.format(ReportScanSource.name()).option("output", str(output_dir)).option("plan", plan) \
-        .load().collect()
+              archived: Archived) -> list[tuple[str, bytes]]:
+    """One partition per task (a group of segments); the (table name, Arrow IPC) pairs they return."""
+    plan = [(i, [[s.path, s.topic, s.partition, s.base_offset, s.size, s.topic_id] for s in t])
+            for i, t in enumerate(tasks)]
+    scan = ScanTasks(str(output_dir), {key: [tuple(r) for r in ranges] for key, ranges in archived.items()})
+    return spark.sparkContext.parallelize(plan, len(plan)).mapPartitions(scan).collect()
 
 
 class _WarmUp(threading.Thread):
-    """The scan's data source run once over no segments, one empty task per core, while the driver
-    lists the directory and replays `__share_group_state`. A session's first Python data source
-    job costs seconds the later ones do not: the JVM loading and compiling its classes, Spark
-    starting a Python process for each of the two planning calls (the source's schema, then its
-    reader and partitions) and the executors' Python workers, each worker importing pyarrow, numpy
-    and the scan. Paid here, in parallel with the driver's own work, the scan then finds them
-    running (`spark.python.worker.reuse`, Spark's default) and its tasks start at once. Its error,
-    if any, is left to the scan to raise with the segments in hand."""
+    """The scan's job run once over no segments, one empty task per core, while the driver lists
+    the directory and replays `__share_group_state`. A session's first Python job costs seconds the
+    later ones do not: the JVM loading and compiling its classes, Spark starting the executors'
+    Python workers, each worker importing pyarrow, numpy and the scan. Paid here, in parallel with
+    the driver's own work, the scan then finds them running (`spark.python.worker.reuse`, Spark's
+    default) and its tasks start at once. Its error, if any, is left to the scan to raise with the
+    segments in hand."""
 
     def __init__(self, spark: SparkSession, output_dir: Path) -> None:
         super().__init__(name="spark-warm-up", daemon=True)

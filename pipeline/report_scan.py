@@ -11,8 +11,8 @@ A task walks its segments and
 - counts records per topic and second of record timestamp (the report's throughput, bucketed
   later by the driver, which knows the whole time span);
 - summarizes every segment (offsets, counts, CRC errors, torn tail) from the same walk.
-It returns those small tables to the driver as Arrow IPC payloads (pipeline/report_source.py, the
-data source, runs it), one row per table.
+It returns those small tables to the driver as Arrow IPC payloads (pipeline/report_source.py's
+tasks run it), one (name, payload) pair per table.
 
 A task run again (a retry) writes the same file names, replacing its earlier output: each file is
 written under a hidden name and renamed when the task ends. Executors need the data directory and

@@ -1,59 +1,35 @@
-"""The Spark data source that runs the report's scan (pipeline/report_scan.py), one input
-partition per group of segments. Spark plans a Python data source in Python processes of its own
-(the source's schema, then its partitions), each of which imports this module: it imports only
-pyspark's data source API, and the tasks import the scan (numpy, pyarrow, the decoders) when they
-run. Internal to `sharebroker pipeline report`; not registered by get_session."""
+"""The tasks of the report's one Spark job: each runs the scan (pipeline/report_scan.py) over its
+group of segments and returns the small tables as (name, Arrow IPC bytes) pairs.
+
+The job is a plain RDD job (one partition per group of segments), not a Python data source: Spark
+plans a data source read in Python processes of its own (the source's schema, then its reader
+and partitions), which in a session's first such job cost seconds of the report's start. Here the
+JVM plans alone and only the executors' Python workers run Python. This module is what the
+workers unpickle: it imports nothing heavy, and a task imports the scan (numpy, pyarrow, the
+decoders) when it runs. Internal to `sharebroker pipeline report`."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-OUTPUT_DDL = "table string, payload binary"  # one row per table a task returns: Arrow IPC bytes
-
-
-@dataclass
-class ScanTask(InputPartition):
-    task: int
-    segments: list[list[Any]]  # Segment fields: path, topic, partition, base offset, size, topic id
+# A task's plan entry: (task number, [segment fields: path, topic, partition, base offset, size, topic id])
+TaskPlan = tuple[int, list[list[Any]]]
+# (topic, partition) -> the archived ranges the replayed state names: (first, last, group, delivery count)
+ArchivedPlan = dict[tuple[str, int], list[tuple[Any, ...]]]
 
 
-class ReportScanSource(DataSource):
-    """`spark.read.format("sharebroker_report_scan").option("output", DIR).option("plan", JSON)`:
-    the plan is {"tasks": [[segment fields, ...], ...], "archived": [[topic, partition, [[first, last, group,
-    delivery count], ...]], ...]}."""
+class ScanTasks:
+    """The function Spark runs on each partition (`mapPartitions`): the scan of its tasks."""
 
-    @classmethod
-    def name(cls) -> str:
-        return "sharebroker_report_scan"
+    def __init__(self, output: str, archived: ArchivedPlan) -> None:
+        self.output, self.archived = output, archived
 
-    def schema(self) -> str:
-        return OUTPUT_DDL
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return _ScanReader(dict(self.options))
-
-
-class _ScanReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        plan = json.loads(options["plan"])
-        self.output, self.tasks, self.archived = options["output"], plan["tasks"], plan["archived"]
-
-    def partitions(self) -> list[InputPartition]:
-        return [ScanTask(i, segs) for i, segs in enumerate(self.tasks)]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow as pa
-
+    def __call__(self, tasks: Iterable[TaskPlan]) -> Iterator[tuple[str, bytes]]:
         from sharebroker.pipeline.analytics import Segment
         from sharebroker.pipeline.report_scan import ipc_bytes, scan_task
 
-        assert isinstance(partition, ScanTask)
-        archived = {(t, p): [tuple(r) for r in ranges] for t, p, ranges in self.archived}
-        tables = scan_task(partition.task, [Segment(*s) for s in partition.segments], self.output, archived)
-        yield pa.RecordBatch.from_pydict({"table": list(tables), "payload": [ipc_bytes(t) for t in tables.values()]},
-                                         schema=pa.schema([("table", pa.string()), ("payload", pa.binary())]))
+        for task, segments in tasks:
+            tables = scan_task(task, [Segment(*s) for s in segments], self.output, self.archived)
+            for name, table in tables.items():
+                yield name, ipc_bytes(table)

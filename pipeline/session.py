@@ -40,7 +40,9 @@ def get_session(master: str | None = None, app_name: str = "sharebroker-pipeline
                    .config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", "4"))
+                   .config("spark.sql.shuffle.partitions", "4")
+                   # the same interpreter and package run the workers: its daemon keeps test tools out
+                   .config("spark.python.daemon.module", "sharebroker.pipeline.spark_daemon"))
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     for name, value in (conf or {}).items():
         builder = builder.config(name, value)

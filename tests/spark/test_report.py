@@ -191,3 +191,22 @@ def test_preview_is_printable_and_cut():
     assert preview(b"\x00\xffA") == "\\x00\\xffA"
     long = preview(b"x" * (PREVIEW_BYTES + 1))
     assert long == "x" * PREVIEW_BYTES + "…"
+
+
+def test_the_sessions_python_workers_start_without_test_tools(spark):
+    """A session from get_session runs its Python workers through the project's daemon, which
+    keeps hypothesis (here with the test tools) out of them: kio would import it, 0.3 s per worker."""
+    import sys
+
+    import hypothesis  # noqa: F401  # installed, and importable in this process
+
+    assert "hypothesis" in sys.modules and sys.modules["hypothesis"] is not None
+
+    def seen(_: object) -> list[tuple[bool, bool]]:
+        import sys
+
+        import sharebroker.protocol.errors  # noqa: F401  # imports kio's types
+        return [("hypothesis" in sys.modules, sys.modules.get("hypothesis") is None)]
+
+    got = spark.sparkContext.parallelize(range(2), 2).mapPartitions(seen).collect()
+    assert got == [(True, True), (True, True)]
