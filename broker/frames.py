@@ -142,11 +142,22 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return view[self._end:]
 
     def _grow_large(self) -> None:
-        """Double the large frame's buffer (up to its declared size), keeping what arrived."""
+        """Double the large frame's buffer (up to its declared size), keeping what arrived; a
+        buffer with room beyond the view (a reused spare, a power of two) is used in place."""
         old = self._large
         assert old is not None
+        held = old.obj
+        assert isinstance(held, bytearray)
+        if len(held) > len(old):
+            frame = memoryview(held)[:min(self._large_size, len(held))]
+            old.release()
+            self._large = frame
+            return
         size = min(self._large_size, 2 * len(old))
-        frame = memoryview(self._spare_for(size))[:size]
+        spare = self._spare_for(size)
+        if len(spare) >= self._large_size:
+            size = self._large_size
+        frame = memoryview(spare)[:size]
         frame[:self._large_got] = old[:self._large_got]
         old.release()
         self._large = frame
@@ -235,7 +246,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 if not self._reserve(size):
                     break  # the partial frame waits in staging until memory comes back
                 first = min(size, max(_FIRST_CHUNK, have))
-                frame = memoryview(self._spare_for(first))[:first]
+                spare = self._spare_for(first)
+                frame = memoryview(spare)[:size if len(spare) >= size else first]
                 frame[:have] = view[start + 4:end]
                 self._large, self._large_got, self._large_size = frame, have, size
                 start = end

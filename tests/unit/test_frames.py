@@ -168,6 +168,22 @@ async def test_buffers_kept_for_reuse_stop_growing_under_frames_of_every_size():
     assert sum(allocated[200:]) == 0, [i for i, n in enumerate(allocated) if n]
 
 
+async def test_frames_above_the_first_chunk_reuse_a_kept_buffer_without_copying():
+    """A frame larger than the first chunk (1 MiB) grows its buffer as bytes arrive. A kept buffer
+    that already holds the whole frame is used as it is: the second and later such frames of a
+    connection allocate nothing (before, each grew into a new buffer and copied 1 MiB)."""
+    proto, _, _ = make()
+    allocated = []
+    for i, size in enumerate([1_500_000, 1_400_000, 1_500_000, 1_200_000, 1_499_000]):
+        kept = {id(b) for b in proto._spares}
+        feed(proto, frame(struct.pack(">hhi", 0, 9, i) + bytes(size - 8)), [65536])
+        held = await proto.read_frame()
+        assert len(held) == size
+        allocated.append(id(held.obj) not in kept)
+        proto.recycle(held)
+    assert allocated == [True, False, False, False, False]
+
+
 async def test_reading_pauses_while_frames_queue_up_and_resumes_as_they_are_taken():
     proto, transport, _ = make()
     feed(proto, b"".join(frame(payload(i, 20)) for i in range(_MAX_QUEUED)), [1 << 16])
