@@ -87,6 +87,7 @@ class Broker:
         self.consumer_groups = ConsumerGroupCoordinator(config, self.clock, self.topics, self.group_log, groups=self,
                                                         group_configs=self.share_groups.config,
                                                         classic=self.classic_groups)
+        self.share_groups.config_listeners.append(self.consumer_groups.configs_changed)
         self.transactions = TransactionCoordinator(config, self.topics, internal, self, self.next_producer_id)
         self.transactions.listeners.append(self.classic_groups)  # TxnOffsetCommit offsets end with the markers
         self.share = SharePartitions(self.share_groups, self.share_persister, self.clock,

@@ -227,6 +227,18 @@ class ConsumerGroupCoordinator:
         for _, timer in self._assignment_timers.values():
             timer.cancel()
         self._assignment_timers.clear()
+        tasks = list(self._assignment_tasks)  # a target being computed and written: not after the stop
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def configs_changed(self) -> None:
+        """Group configs or broker defaults changed: a pending target waits for the interval in
+        force now, which may have become shorter."""
+        for group_id in list(self._assignment_timers):
+            group = self.groups.get(group_id)
+            if group is not None:
+                self._settle_target(group)
 
     # -- persistence -----------------------------------------------------------------------------
 

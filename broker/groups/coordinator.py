@@ -128,6 +128,7 @@ class ShareGroupCoordinator:
         self._config_cache: dict[str, GroupConfig] = {}
         # group -> (whether DLQs were supported, its ShareLimits): read several times per ShareFetch
         self._limits_cache: dict[str, tuple[bool, ShareLimits]] = {}
+        self.config_listeners: list[Callable[[], None]] = []  # called when group configs may have changed
         self._path = Path(log_dir) / GROUP_CONFIGS_FILE
         self._sweeper: asyncio.Task[None] | None = None
         # Groups the expiry sweep visits: those with members or with changes not yet written. A
@@ -338,6 +339,8 @@ class ShareGroupCoordinator:
         for group_id, timer in list(self._assignment_timers.items()):
             timer.cancel()
             self._assignment_due(group_id)
+        for listener in self.config_listeners:  # others reading group configs (consumer groups)
+            listener()
 
     # -- heartbeat -------------------------------------------------------------------------------
 

@@ -393,3 +393,21 @@ def test_the_dynamic_broker_default_applies_to_groups_without_an_override(make_b
         a2 = raw.request(hb_request(group, "a", 1))
         assert a2.error_code == 0
         assert caught_up(b.bootstrap, group)  # the heartbeat after the change computed the pending target
+
+
+def test_a_shorter_interval_set_while_a_target_is_pending_takes_effect_at_once(ibroker: Broker) -> None:
+    """The pending target's timer follows a config change: with the group's interval cut from 15 s
+    to 0 while a join waits, the coordinator computes the target without waiting for the old due
+    time, and without a heartbeat asking."""
+    topic, group = new_name("t"), new_name("cg")
+    create_topic(ibroker.bootstrap, topic, partitions=2)
+    set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "15000", **QUIET})
+    with rk.RawClient(ibroker.bootstrap) as raw:
+        assert join(raw, group, "a", (topic,)).error_code == 0
+        assert join(raw, group, "b", (topic,)).error_code == 0
+        assert not caught_up(ibroker.bootstrap, group)  # b waits for the next target
+        changed = time.monotonic()
+        set_group_configs(ibroker.bootstrap, group, {"consumer.assignment.interval.ms": "0", **QUIET})
+        wait_for(lambda: caught_up(ibroker.bootstrap, group), 12, interval=0.1,
+                 message="the pending target computed after the interval was shortened")
+        assert time.monotonic() - changed < 12  # well before the old 15 s were up
