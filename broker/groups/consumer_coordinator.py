@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import consumer_records as rec
+from sharebroker.broker.groups.assignment_timers import AssignmentTimers
 from sharebroker.broker.groups.assignors import assignor_name
 from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 from sharebroker.broker.groups.classic_group import ClassicGroup, ClassicMember, JoinResult, SyncResult
@@ -54,7 +54,7 @@ from sharebroker.broker.structured_log import get_logger
 from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sharebroker.broker.clock import Clock, TimerHandle
+    from sharebroker.broker.clock import Clock
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.groups.classic_coordinator import ClassicGroupCoordinator
     from sharebroker.broker.groups.directory import GroupDirectory
@@ -127,8 +127,7 @@ class ConsumerGroupCoordinator:
         self._topics_seen = -1  # the Topics.version the groups' metadata last followed
         self._regex_version = 0
         # Pending target computations (consumer.assignment.interval.ms): group id -> (due, timer)
-        self._assignment_timers: dict[str, tuple[int, TimerHandle]] = {}
-        self._assignment_tasks: set[asyncio.Task[None]] = set()
+        self._assignment_timers = AssignmentTimers(clock, self._assign, "consumer-group-assignment")
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -224,18 +223,12 @@ class ConsumerGroupCoordinator:
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        for _, timer in self._assignment_timers.values():
-            timer.cancel()
-        self._assignment_timers.clear()
-        tasks = list(self._assignment_tasks)  # a target being computed and written: not after the stop
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._assignment_timers.stop()  # a target being computed and written too: not after the stop
 
     def configs_changed(self) -> None:
         """Group configs or broker defaults changed: a pending target waits for the interval in
         force now, which may have become shorter."""
-        for group_id in list(self._assignment_timers):
+        for group_id in self._assignment_timers.pending():
             group = self.groups.get(group_id)
             if group is not None:
                 self._settle_target(group)
@@ -478,24 +471,7 @@ class ConsumerGroupCoordinator:
         due = group.next_assignment_ms(interval)
         if due is None:
             due = self.clock.monotonic_ms()
-        scheduled = self._assignment_timers.get(group_id)
-        if scheduled is not None:
-            if scheduled[0] == due:
-                return
-            scheduled[1].cancel()  # the interval changed since it was set
-        self._assignment_timers[group_id] = (due, self.clock.call_at(due, functools.partial(self._assignment_due,
-                                                                                            group_id)))
-
-    def _forget_assignment_timer(self, group_id: str) -> None:
-        scheduled = self._assignment_timers.pop(group_id, None)
-        if scheduled is not None:
-            scheduled[1].cancel()
-
-    def _assignment_due(self, group_id: str) -> None:
-        self._assignment_timers.pop(group_id, None)
-        task = asyncio.get_running_loop().create_task(self._assign(group_id), name="consumer-group-assignment")
-        self._assignment_tasks.add(task)
-        task.add_done_callback(self._assignment_tasks.discard)
+        self._assignment_timers.schedule(group_id, due)
 
     async def _assign(self, group_id: str) -> None:
         async with self._serialized(group_id):
@@ -620,7 +596,7 @@ class ConsumerGroupCoordinator:
                 self._persisted[gid] = persisted
             raise
         self._unwritten.pop(gid, None)
-        self._forget_assignment_timer(gid)
+        self._assignment_timers.cancel(gid)
         log.info("consumer group downgraded to a classic group", group=gid, leaving=sorted(leaving),
                  members=len(remaining), protocol=self.classic.groups[gid].protocol_name, generation=group.epoch)
 
@@ -831,7 +807,7 @@ class ConsumerGroupCoordinator:
             raise
         self._persisted.pop(group_id, None)
         self._unwritten.pop(group_id, None)
-        self._forget_assignment_timer(group_id)
+        self._assignment_timers.cancel(group_id)
 
     async def expire_offsets(self, now_wall_ms: int) -> None:
         """Kafka's offset expiry for consumer groups: committed offsets of topics no member

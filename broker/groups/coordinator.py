@@ -5,7 +5,6 @@ the persister before partitions are assigned."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 import uuid
@@ -17,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import records as grec
+from sharebroker.broker.groups.assignment_timers import AssignmentTimers
 from sharebroker.broker.groups.share_group import (
     ShareGroup,
     ShareMember,
@@ -31,7 +31,7 @@ from sharebroker.storage import write_atomic
 from sharebroker.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from sharebroker.broker.clock import Clock, TimerHandle
+    from sharebroker.broker.clock import Clock
     from sharebroker.broker.connection import Connection
     from sharebroker.broker.groups.directory import GroupDirectory
     from sharebroker.broker.groups.group_log import GroupLog
@@ -139,8 +139,7 @@ class ShareGroupCoordinator:
         self._persisted_members: dict[str, set[str]] = {}  # members with records (they need tombstones)
         self._group_locks: dict[str, _LockUsers] = {}  # the lock of each group some operation holds or awaits
         # Pending target computations, one timer per group (share.assignment.interval.ms)
-        self._assignment_timers: dict[str, TimerHandle] = {}
-        self._assignment_tasks: set[asyncio.Task[None]] = set()
+        self._assignment_timers = AssignmentTimers(clock, self._assign, "share-group-assignment")
 
     def _leaders(self) -> ShareLeaders:
         assert self.leaders is not None, "the broker wires the share leaders in before serving"
@@ -211,11 +210,7 @@ class ShareGroupCoordinator:
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        for timer in self._assignment_timers.values():
-            timer.cancel()
-        self._assignment_timers.clear()
-        for task in list(self._assignment_tasks):
-            task.cancel()
+        await self._assignment_timers.stop()
 
     # -- persistence in __consumer_offsets -------------------------------------------------------
 
@@ -336,9 +331,8 @@ class ShareGroupCoordinator:
         self._limits_cache.clear()
         self.apply_trace_configs()  # a broker default it follows may have changed
         # a pending target waits for the interval in force now, which may have become shorter
-        for group_id, timer in list(self._assignment_timers.items()):
-            timer.cancel()
-            self._assignment_due(group_id)
+        for group_id in self._assignment_timers.pending():
+            self._assignment_timers.run_now(group_id)
         for listener in self.config_listeners:  # others reading group configs (consumer groups)
             listener()
 
@@ -431,14 +425,7 @@ class ShareGroupCoordinator:
                      members=len(group.members), ms=round((time.perf_counter() - started) * 1000, 2))
             return
         if group.group_id not in self._assignment_timers:
-            self._assignment_timers[group.group_id] = self.clock.call_at(
-                due, functools.partial(self._assignment_due, group.group_id))
-
-    def _assignment_due(self, group_id: str) -> None:
-        self._assignment_timers.pop(group_id, None)
-        task = asyncio.get_running_loop().create_task(self._assign(group_id), name="share-group-assignment")
-        self._assignment_tasks.add(task)
-        task.add_done_callback(self._assignment_tasks.discard)
+            self._assignment_timers.schedule(group.group_id, due)
 
     async def _assign(self, group_id: str) -> None:
         async with self._serialized(group_id):
