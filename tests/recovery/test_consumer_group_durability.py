@@ -33,6 +33,15 @@ def describe(raw: rk.RawClient, group: str) -> Any:
     return raw.request(rk.req_cls(69, 1)(group_ids=(group,), include_authorized_operations=False)).groups[0]
 
 
+def restart(b: Any, kill: bool) -> None:
+    """The broker killed (-9) and started again, or stopped cleanly and started again."""
+    if kill:
+        b.kill()
+        b.start()
+    else:
+        b.restart()
+
+
 @pytest.mark.parametrize("kill", [False, True])
 def test_group_and_offsets_survive_restart(make_broker: Any, kill: bool) -> None:
     b = make_broker(FAST)
@@ -50,11 +59,7 @@ def test_group_and_offsets_survive_restart(make_broker: Any, kill: bool) -> None
                                            committed_metadata="x"),)),)))
         assert commit.topics[0].partitions[0].error_code == 0
         before = describe(raw, group)
-    if kill:
-        b.kill()
-        b.start()
-    else:
-        b.restart()
+    restart(b, kill)
     with rk.RawClient(b.bootstrap) as raw:
         after = describe(raw, group)
         assert (after.group_epoch, after.assignment_epoch, after.group_state) == (
@@ -91,11 +96,7 @@ def test_the_assignment_interval_runs_on_across_a_restart(make_broker: Any, kill
         assert (bj.error_code, bj.member_epoch) == (0, 1)  # the interval holds epoch 2's target back
         d = describe(raw, group)
         assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Assigning", 2, 1), d
-    if kill:
-        b.kill()
-        b.start()
-    else:
-        b.restart()
+    restart(b, kill)
     with rk.RawClient(b.bootstrap) as raw:
         d = describe(raw, group)
         assert (d.group_state, d.group_epoch, d.assignment_epoch) == ("Assigning", 2, 1), d
