@@ -252,8 +252,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
         for e in entries.values():
             if e.error_code:
                 errors = conn.response_errors = {"NONE": 1}
-                for e in entries.values():
-                    name = error_name(e.error_code)
+                for entry in entries.values():
+                    name = error_name(entry.error_code)
                     errors[name] = errors.get(name, 0) + 1
                 break
         else:

@@ -467,20 +467,14 @@ class SharePartitionLeader:
         delivery count the write gives the range, and the ranges the write archived (a reject, or a
         release at the delivery count limit)."""
         written = write.batches if write is not None else ()
-        history = self.history if not self.trace else None  # the view alone: no call per range
-        now = self.clock.wall_ms()
         for first, last, types in batches:
-            for lo, hi, t in ((first, last, types[0]),) if len(types) == 1 else ack_runs(first, last, types):
+            for lo, hi, t in ack_runs(first, last, types):
                 count = -1
                 for b in written:  # one batch per acknowledged range: a short scan
                     if b.first_offset == lo and b.last_offset == hi:
                         count = b.delivery_count
                         break
-                kind = _ACK_NAMES.get(t) or str(t)
-                if history is not None:
-                    history.append((now, kind, lo, hi, member_id, count))
-                else:
-                    self._event(kind, member_id, lo, hi, count)
+                self._event(_ACK_NAMES.get(t) or str(t), member_id, lo, hi, count)
         for b in written:
             if b.state >= RecordState.ARCHIVING:
                 self._event("archive", member_id, b.first_offset, b.last_offset, b.delivery_count)
