@@ -13,11 +13,14 @@ from __future__ import annotations
 import dataclasses
 import typing
 from bisect import bisect_left
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder", "all_none",
+if TYPE_CHECKING:
+    from sharebroker.broker.topics import Partition
+
+__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder", "ShareFacts", "all_none",
            "count_errors", "error_name"]
 
 # Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
@@ -31,6 +34,18 @@ LOAD_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0
 ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
 
 ShareKey = tuple[str, str, int]  # (group, topic, partition)
+
+# What a ShareFetch or ShareAcknowledge did, noted with its request and counted when the journal is
+# folded (TotalShareFetchRequestsPerSec and the like count per topic, BytesOutPerSec per topic,
+# RecordAcknowledgementsPerSec per type):
+#  - the fetch: the session's ("fetch", topic) counter keys when no partition failed, else
+#    {topic name: whether a partition of it failed}; None without a fetch;
+#  - the fetched partitions and the record bytes answered for each, or None;
+#  - the acknowledged partitions: (partition, error code, the batches applied, None if refused),
+#    or None.
+ShareFacts = tuple[tuple[tuple[str, str], ...] | dict[str, bool] | None,
+                   list[tuple["Partition", int]] | None,
+                   list[tuple["Partition", int, list[tuple[int, int, list[int]]] | None]] | None]
 
 
 # Per response class: whether it has an error_code, the fields holding tuples of entities, and those
@@ -120,27 +135,17 @@ class Recorder:
 
     enabled = False
 
-    def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int]) -> None:
-        """One request ((API key, version)) answered (or closed on): its API, version, time, and the error codes of its
-        response by name (NONE included)."""
+    def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
+                share: ShareFacts | None = None) -> None:
+        """One request ((API key, version)) answered (or closed on): its API, version, time, the error codes of its
+        response by name (NONE included), and for ShareFetch and ShareAcknowledge what it fetched and
+        acknowledged."""
 
     def produced(self, topic: str, records: int, size: int) -> None:
         """One partition's batch appended (BrokerTopicMetrics MessagesInPerSec, BytesInPerSec)."""
 
     def fetched(self, topic: str, size: int) -> None:
         """Record bytes answered to a Fetch or ShareFetch for one partition (BytesOutPerSec)."""
-
-    def share_acknowledged(self, batches: list[tuple[int, int, list[int]]]) -> None:
-        """One partition's acknowledgement batches ((first offset, last offset, acknowledge types))
-        were applied: records per acknowledge type (gaps are not counted)."""
-
-    def share_requests(self, kind: str, topics: dict[str, bool]) -> None:
-        """One ShareFetch ("fetch") or one request's acknowledgements ("acknowledgement"): each
-        topic it named, and whether a partition of that topic failed (Kafka counts per topic)."""
-
-    def share_requests_ok(self, keys: tuple[tuple[str, str], ...]) -> None:
-        """One request of these (kind, topic) keys in which no partition failed: share_requests
-        for the hot path, with the keys a share session keeps."""
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         """A share partition's state was read from the share coordinator (PartitionLoadTimeMs)."""
@@ -162,25 +167,26 @@ _FOLD_AT = 2048
 class MetricsRecorder(Recorder):
     """The counting recorder (metrics.listener set).
 
-    A request is only noted in a journal (one append): folding it into the per-API counts, the
-    latency histogram and the error counts touches several dicts, which between two requests have
-    left the CPU's caches, so done one at a time it cost several times its in-loop price. The
-    journal is folded in one warm loop when it fills or when the counts are read."""
+    A request is only noted in a journal (one append), with what a ShareFetch or ShareAcknowledge
+    fetched and acknowledged: folding it into the per-API counts, the latency histogram, the error
+    counts and the share counters touches several dicts, which between two requests have left the
+    CPU's caches, so done one at a time it cost several times its in-loop price. The journal is
+    folded in one warm loop when it fills or when the counts are read."""
 
     enabled = True
 
     def __init__(self) -> None:
-        self._journal: list[tuple[tuple[int, int], float, dict[str, int]]] = []
+        self._journal: list[tuple[tuple[int, int], float, dict[str, int], ShareFacts | None]] = []
         self._requests: dict[tuple[int, int], int] = {}
         self._latency: dict[int, Histogram] = {}
         self._errors: dict[tuple[int, str], int] = {}
         self.messages_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
-        self.bytes_out: dict[str, int] = {}
+        self._bytes_out: dict[str, int] = {}
         # ("fetch" | "acknowledgement", topic) -> requests, and those with a failed partition
-        self.share_requests_total: dict[tuple[str, str], int] = {}
-        self.share_requests_failed: dict[tuple[str, str], int] = {}
-        self.record_acks: dict[int, int] = dict.fromkeys(ACK_TYPE_NAMES, 0)
+        self._share_total: dict[tuple[str, str], int] = {}
+        self._share_failed: dict[tuple[str, str], int] = {}
+        self._record_acks: dict[int, int] = dict.fromkeys(ACK_TYPE_NAMES, 0)
         self.partition_load = Histogram(LOAD_BUCKETS_MS)
         self.lock_timeouts: dict[ShareKey, int] = {}
         self.at_limit: dict[ShareKey, int] = {}
@@ -204,9 +210,34 @@ class MetricsRecorder(Recorder):
         self.fold()
         return self._errors
 
-    def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int]) -> None:
+    @property
+    def bytes_out(self) -> dict[str, int]:
+        """topic -> record-batch bytes answered to Fetch and ShareFetch."""
+        self.fold()
+        return self._bytes_out
+
+    @property
+    def share_requests_total(self) -> dict[tuple[str, str], int]:
+        """("fetch" | "acknowledgement", topic) -> share requests naming the topic."""
+        self.fold()
+        return self._share_total
+
+    @property
+    def share_requests_failed(self) -> dict[tuple[str, str], int]:
+        """The same, counting only those in which a partition of the topic failed."""
+        self.fold()
+        return self._share_failed
+
+    @property
+    def record_acks(self) -> dict[int, int]:
+        """acknowledge type -> records acknowledged with it (gaps are not counted)."""
+        self.fold()
+        return self._record_acks
+
+    def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
+                share: ShareFacts | None = None) -> None:
         journal = self._journal
-        journal.append((key, elapsed_ms, errors))
+        journal.append((key, elapsed_ms, errors, share))
         if len(journal) >= _FOLD_AT:
             self.fold()
 
@@ -214,7 +245,7 @@ class MetricsRecorder(Recorder):
         """Count the requests noted since the last fold."""
         journal, self._journal = self._journal, []
         requests, latency, counted = self._requests, self._latency, self._errors
-        for key, elapsed_ms, errors in journal:
+        for key, elapsed_ms, errors, share in journal:
             requests[key] = requests.get(key, 0) + 1
             api_key = key[0]
             hist = latency.get(api_key)
@@ -225,37 +256,52 @@ class MetricsRecorder(Recorder):
             for name, n in errors.items():
                 ekey = (api_key, name)
                 counted[ekey] = counted.get(ekey, 0) + n
+            if share is not None:
+                self._fold_share(share)
+
+    def _fold_share(self, share: ShareFacts) -> None:
+        fetch, fetched, acknowledged = share
+        if isinstance(fetch, tuple):  # no partition failed: the session's keys
+            total = self._share_total
+            for tkey in fetch:
+                total[tkey] = total.get(tkey, 0) + 1
+        elif fetch is not None:
+            self._count_topics("fetch", fetch)
+        if fetched is not None:
+            out = self._bytes_out
+            for partition, size in fetched:
+                name = partition.topic.name
+                out[name] = out.get(name, 0) + size
+        if acknowledged is not None:
+            topics: dict[str, bool] = {}
+            counts = self._record_acks
+            for partition, code, batches in acknowledged:
+                name = partition.topic.name
+                topics[name] = topics.get(name, False) or code != 0
+                for first, last, types in batches or ():
+                    if len(types) == 1:  # one type for the whole batch: one addition
+                        if types[0] in counts:
+                            counts[types[0]] += last - first + 1
+                    else:  # a type per record: a C-level count per type
+                        for ack_type in set(types):
+                            if ack_type in counts:
+                                counts[ack_type] += types.count(ack_type)
+            self._count_topics("acknowledgement", topics)
+
+    def _count_topics(self, kind: str, topics: dict[str, bool]) -> None:
+        total, failed = self._share_total, self._share_failed
+        for topic, any_failed in topics.items():
+            tkey = (kind, topic)
+            total[tkey] = total.get(tkey, 0) + 1
+            if any_failed:
+                failed[tkey] = failed.get(tkey, 0) + 1
 
     def produced(self, topic: str, records: int, size: int) -> None:
         self.messages_in[topic] = self.messages_in.get(topic, 0) + records
         self.bytes_in[topic] = self.bytes_in.get(topic, 0) + size
 
     def fetched(self, topic: str, size: int) -> None:
-        self.bytes_out[topic] = self.bytes_out.get(topic, 0) + size
-
-    def share_acknowledged(self, batches: list[tuple[int, int, list[int]]]) -> None:
-        counts = self.record_acks
-        for first, last, types in batches:
-            if len(types) == 1:  # one type for the whole batch: one addition
-                if types[0] in counts:
-                    counts[types[0]] += last - first + 1
-            else:  # a type per record: a C-level count per type
-                for ack_type in set(types):
-                    if ack_type in counts:
-                        counts[ack_type] += types.count(ack_type)
-
-    def share_requests(self, kind: str, topics: dict[str, bool]) -> None:
-        total, failed = self.share_requests_total, self.share_requests_failed
-        for topic, any_failed in topics.items():
-            key = (kind, topic)
-            total[key] = total.get(key, 0) + 1
-            if any_failed:
-                failed[key] = failed.get(key, 0) + 1
-
-    def share_requests_ok(self, keys: tuple[tuple[str, str], ...]) -> None:
-        total = self.share_requests_total
-        for key in keys:
-            total[key] = total.get(key, 0) + 1
+        self._bytes_out[topic] = self._bytes_out.get(topic, 0) + size
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         self.partition_load.observe(elapsed_ms)

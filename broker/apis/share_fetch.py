@@ -15,6 +15,7 @@ from sharebroker.broker.metrics import all_none, error_name
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.authorization import GROUP_DENIED, Op, Res, allows, topic_refusal
 from sharebroker.broker.apis.share_common import (
+    Acks,
     apply_acknowledgements,
     check_ids,
     current_leader,
@@ -56,8 +57,10 @@ def _entry(broker: Broker, index: int, partition: Partition | None) -> ShareFetc
 
 
 async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSession, body: Any,
-                 entries: dict[Key, ShareFetchPartition], refused: Callable[[Any], bool] | None) -> None:
-    """Acquire from the session's partitions, waiting up to MaxWaitMs for something to acquire."""
+                 entries: dict[Key, ShareFetchPartition], refused: Callable[[Any], bool] | None,
+                 fetched: list[tuple[Partition, int]] | None) -> None:
+    """Acquire from the session's partitions, waiting up to MaxWaitMs for something to acquire.
+    With metrics on, `fetched` collects each partition acquired from and the record bytes answered."""
     keys = list(session.partitions)
     if not keys:
         return
@@ -88,8 +91,6 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
     mode = AcquireMode(getattr(body, "share_acquire_mode", 0) or 0)
     per_partition_bytes = max(1, min(body.max_bytes // len(leaders), _READ_CAP_BYTES))
 
-    metrics = broker.metrics
-
     def attempt() -> bool:
         """One pass over the leaders; whether anything was acquired."""
         for gone in [entry for entry in leaders if entry[2].fenced]:
@@ -118,8 +119,8 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
                 remaining -= sum(r.last_offset - r.first_offset + 1 for r in acq.acquired)
                 e = entries.setdefault(key, _entry(broker, key[1], partition))
                 e.records = acq.records
-                if metrics.enabled:
-                    metrics.fetched(partition.topic.name, len(acq.records))
+                if fetched is not None:
+                    fetched.append((partition, len(acq.records)))
                 e.acquired_records = [AcquiredRecords(r.first_offset, r.last_offset, r.delivery_count)
                                       for r in acq.acquired]
                 session.move_to_end(key)
@@ -135,10 +136,11 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
     await delayed_fetch(attempt, lambda got_any: got_any or not leaders, wakeups, deadline, clock)
 
 
-def _count_fetch(broker: Broker, session: ShareSession, entries: dict[Key, ShareFetchPartition]) -> None:
-    """TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec: once per topic of the fetch.
-    A fetch without a failed partition (nearly all) adds to counters the session keeps for its
-    topics; only a failed one resolves its topics again."""
+def _fetch_counts(broker: Broker, session: ShareSession,
+                  entries: dict[Key, ShareFetchPartition]) -> tuple[tuple[str, str], ...] | dict[str, bool]:
+    """What TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec count of a fetch, once
+    per topic: without a failed partition (nearly always) the counter keys the session keeps for
+    its topics; with one, each topic and whether a partition of it failed."""
     for e in entries.values():
         if e.error_code:
             break
@@ -148,16 +150,26 @@ def _count_fetch(broker: Broker, session: ShareSession, entries: dict[Key, Share
             keys = session.fetch_metric_keys = tuple(
                 ("fetch", topic.name) for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions)
                 if (topic := broker.topics.get_by_id(topic_id)) is not None)
-        broker.metrics.share_requests_ok(keys)
-        return
+        return keys
     failed = {topic_id for (topic_id, _), e in entries.items() if e.error_code}
     topics: dict[str, bool] = {}
     for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions):
         topic = broker.topics.get_by_id(topic_id)
         if topic is not None:
             topics[topic.name] = topic_id in failed
-    if topics:
-        broker.metrics.share_requests("fetch", topics)
+    return topics
+
+
+def _count_errors(conn: Connection, entries: dict[Key, ShareFetchPartition]) -> None:
+    """The response's error codes for ErrorsPerSec: the top level, then each partition (errorCounts)."""
+    for e in entries.values():
+        if e.error_code:
+            errors = conn.response_errors = {"NONE": 1}
+            for entry in entries.values():
+                name = error_name(entry.error_code)
+                errors[name] = errors.get(name, 0) + 1
+            return
+    conn.response_errors = all_none(1 + len(entries))
 
 
 @api(78)
@@ -213,7 +225,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
         return top_error(exc.code, exc.message)
 
     entries: dict[Key, ShareFetchPartition] = {}
-    acked: dict[str, bool] | None = {} if broker.metrics.enabled else None
+    counting = broker.metrics.enabled
+    acked: list[tuple[Partition, int, Acks | None]] | None = [] if counting else None
     for key, p in requested.items():
         if not p.acknowledgement_batches:
             continue
@@ -223,20 +236,18 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
             continue
         code, message = await apply_acknowledgements(broker, group_id, member_id, key[0], key[1],
                                                      p.acknowledgement_batches, version=v, is_renew=is_renew,
-                                                     topics=acked)
+                                                     counted=acked)
         partition, _, _ = resolve_partition(broker, *key)
         e = entries.setdefault(key, _entry(broker, key[1], partition))
         e.acknowledge_error_code, e.acknowledge_error_message = code, message
 
-    if acked:
-        broker.metrics.share_requests("acknowledgement", acked)
-
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
-        await _fetch(broker, group_id, member_id, session, body, entries, refused)
-        if broker.metrics.enabled:
-            _count_fetch(broker, session, entries)
+        fetched: list[tuple[Partition, int]] | None = [] if counting else None
+        await _fetch(broker, group_id, member_id, session, body, entries, refused, fetched)
+        if counting:
+            conn.share_facts = (_fetch_counts(broker, session, entries), fetched or None, acked or None)
 
     for key in list(session.pending_new):
         partition, unresolved, why = resolve_partition(broker, *key)
@@ -248,16 +259,10 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     by_topic: dict[uuid.UUID, list[ShareFetchPartition]] = {}
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
-    if broker.metrics.enabled:  # the top level, then each partition (errorCounts)
-        for e in entries.values():
-            if e.error_code:
-                errors = conn.response_errors = {"NONE": 1}
-                for entry in entries.values():
-                    name = error_name(entry.error_code)
-                    errors[name] = errors.get(name, 0) + 1
-                break
-        else:
-            conn.response_errors = all_none(1 + len(entries))
+    if counting:
+        if acked and conn.share_facts is None:  # acknowledged without fetching
+            conn.share_facts = (None, None, acked)
+        _count_errors(conn, entries)
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],
         acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms)
