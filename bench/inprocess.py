@@ -1,7 +1,7 @@
 """`python -m bench.inprocess`: what a broker setting costs per request, resolved to the
 microsecond. Two brokers run in this process on one event loop, one with the setting and one
 without, and the same one-record job-queue requests go to them in turn (a ShareFetch that
-acknowledges the job it got last and acquires the next), through the broker's real connection
+acknowledges the job it got last and acquires the next, then the Produce of the job after), through the broker's real connection
 code: frames are fed to its FrameProtocol and its answers taken from a transport that keeps
 them, so no socket, no other process and no scheduler sits between the two. Each request is
 timed; the median of the per-request differences (with, minus without; the order alternates) is
@@ -37,6 +37,7 @@ from sharebroker.config import BrokerConfig
 from sharebroker.protocol.client import ResponseStream, decode_response, encode_request
 
 WARM_UP = 1000  # requests of each broker left out of the figures
+PRODUCE_VERSION = 9
 
 
 class _KeepingTransport:
@@ -101,10 +102,11 @@ class InProcessClient:
                                      type(req).__version__)
 
 
-async def job_queue_broker(overrides: dict[str, str], n: int, data_dir: str) -> tuple[Broker, InProcessClient,
-                                                                                    list[bytes]]:
-    """A started broker with `n` one-record jobs, a share member holding the partition, and the n
-    ShareFetch frames that take the jobs one by one (each acknowledging the one before)."""
+async def job_queue_broker(overrides: dict[str, str], n: int, data_dir: str
+                           ) -> tuple[Broker, InProcessClient, list[bytes], list[bytes]]:
+    """A started broker with its first one-record job, a share member holding the partition, the
+    n ShareFetch frames that take the jobs one by one (each acknowledging the one before), and the
+    n Produce frames of the jobs after the first (each produced after the ShareFetch before it)."""
     broker = Broker(BrokerConfig.load(None, {}, {"log.dirs": data_dir, "listeners": "PLAINTEXT://127.0.0.1:0",
                                                  **overrides}))
     await broker.start()
@@ -128,12 +130,12 @@ async def job_queue_broker(overrides: dict[str, str], n: int, data_dir: str) -> 
     else:
         raise RuntimeError("no assignment within 30 s")
     await client.request(rc.share_fetch(member, 0, topic_id, None, 1, max_wait_ms=0))  # the session, at offset 0
-    frames, version = rc.produce_frames(n, 100)
-    for frame in frames:
-        await client.send_frame(frame, 0, version)
+    produces, version = rc.produce_frames(n + 1, 100)
+    assert version == PRODUCE_VERSION
+    await client.send_frame(produces[0], 0, PRODUCE_VERSION)
     fetches = [encode_request(rc.share_fetch(member, i + 1, topic_id, i - 1 if i else None, 1), i + 1, "bench")
                for i in range(n)]
-    return broker, client, fetches
+    return broker, client, fetches, produces[1:]
 
 
 async def compare(settings: dict[str, str], n: int, aa: bool) -> dict[str, float]:
@@ -144,24 +146,32 @@ async def compare(settings: dict[str, str], n: int, aa: bool) -> dict[str, float
         with_ = await job_queue_broker({} if aa else settings, n, dirs[1])
         gc.freeze()  # as the broker's own run() does once started
         took: dict[str, list[float]] = {"without": [], "with": []}
+        produced: dict[str, list[float]] = {"without": [], "with": []}
         clock = time.perf_counter
         for i in range(n):
             order = (("without", without), ("with", with_)) if i % 2 else (("with", with_), ("without", without))
-            for name, (_, client, fetches) in order:
+            for name, (_, client, fetches, _) in order:
                 t0 = clock()
                 resp = await client.send_frame(fetches[i], 78, 1)
                 took[name].append(clock() - t0)
                 p = resp.responses[0].partitions[0]
                 if [(a.first_offset, a.last_offset) for a in p.acquired_records] != [(i, i)]:
                     raise RuntimeError(f"job {i} not acquired: {p}")
-        for broker, _, _ in (without, with_):
+            for name, (_, client, _, produces) in order:  # the next job
+                t0 = clock()
+                await client.send_frame(produces[i], 0, PRODUCE_VERSION)
+                produced[name].append(clock() - t0)
+        for broker, _, _, _ in (without, with_):
             await broker.stop()
     finally:
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
     a, b = took["without"][WARM_UP:], took["with"][WARM_UP:]
+    pa, pb = produced["without"][WARM_UP:], produced["with"][WARM_UP:]
     return {"without_us": statistics.median(a) * 1e6, "with_us": statistics.median(b) * 1e6,
-            "paired_diff_us": statistics.median(y - x for x, y in zip(a, b)) * 1e6}
+            "paired_diff_us": statistics.median(y - x for x, y in zip(a, b)) * 1e6,
+            "produce_without_us": statistics.median(pa) * 1e6, "produce_with_us": statistics.median(pb) * 1e6,
+            "produce_paired_diff_us": statistics.median(y - x for x, y in zip(pa, pb)) * 1e6}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,16 +186,22 @@ def main(argv: list[str] | None = None) -> None:
     label = ", ".join(f"{k}={v}" for k, v in settings.items())
     modes = [False, True] if args.aa else [False]
     for aa in modes:
-        diffs = []
+        diffs, produce_diffs, shares = [], [], []
         for run in range(args.runs):
             res = uvloop.run(compare(settings, args.requests, aa))
             diffs.append(res["paired_diff_us"])
+            produce_diffs.append(res["produce_paired_diff_us"])
+            base = res["without_us"] + res["produce_without_us"]
+            shares.append((res["paired_diff_us"] + res["produce_paired_diff_us"]) / base * 100)
             print(f"  {'A/A' if aa else label} run {run + 1}: one-ack ShareFetch {res['without_us']:.1f} µs without, "
-                  f"{res['with_us']:.1f} µs with; median paired difference {res['paired_diff_us']:+.2f} µs",
-                  flush=True)
+                  f"{res['with_us']:.1f} µs with, median paired difference {res['paired_diff_us']:+.2f} µs; "
+                  f"one-record Produce {res['produce_without_us']:.1f} / {res['produce_with_us']:.1f} µs, "
+                  f"{res['produce_paired_diff_us']:+.2f} µs", flush=True)
         what = "A/A (both without)" if aa else label
         print(f"{what}: median of {args.runs} runs' paired differences {statistics.median(diffs):+.2f} µs "
-              f"per ShareFetch (min {min(diffs):+.2f}, max {max(diffs):+.2f})", flush=True)
+              f"per ShareFetch (min {min(diffs):+.2f}, max {max(diffs):+.2f}), {statistics.median(produce_diffs):+.2f} µs "
+              f"per Produce (min {min(produce_diffs):+.2f}, max {max(produce_diffs):+.2f}); a job (both) "
+              f"{statistics.median(shares):+.1f}% (min {min(shares):+.1f}%, max {max(shares):+.1f}%)", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from kio.schema.errors import ErrorCode
 if TYPE_CHECKING:
     from sharebroker.broker.topics import Partition
 
-__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder", "ShareFacts", "all_none",
+__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "ProduceFacts", "Recorder", "RequestFacts", "ShareFacts",
+           "all_none",
            "count_errors", "error_name"]
 
 # Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
@@ -46,6 +47,9 @@ ShareKey = tuple[str, str, int]  # (group, topic, partition)
 ShareFacts = tuple[tuple[tuple[str, str], ...] | dict[str, bool] | None,
                    list[tuple["Partition", int]] | None,
                    list[tuple["Partition", int, list[tuple[int, int, list[int]]] | None]] | None]
+# What a Produce appended: (topic, records, batch bytes) per partition (MessagesInPerSec, BytesInPerSec).
+ProduceFacts = list[tuple[str, int, int]]
+RequestFacts = ShareFacts | ProduceFacts
 
 
 # Per response class: whether it has an error_code, the fields holding tuples of entities, and those
@@ -136,13 +140,10 @@ class Recorder:
     enabled = False
 
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
-                share: ShareFacts | None = None) -> None:
+                facts: RequestFacts | None = None) -> None:
         """One request ((API key, version)) answered (or closed on): its API, version, time, the error codes of its
-        response by name (NONE included), and for ShareFetch and ShareAcknowledge what it fetched and
-        acknowledged."""
-
-    def produced(self, topic: str, records: int, size: int) -> None:
-        """One partition's batch appended (BrokerTopicMetrics MessagesInPerSec, BytesInPerSec)."""
+        response by name (NONE included), and what a Produce appended or a ShareFetch or
+        ShareAcknowledge fetched and acknowledged."""
 
     def fetched(self, topic: str, size: int) -> None:
         """Record bytes answered to a Fetch or ShareFetch for one partition (BytesOutPerSec)."""
@@ -176,12 +177,12 @@ class MetricsRecorder(Recorder):
     enabled = True
 
     def __init__(self) -> None:
-        self._journal: list[tuple[tuple[int, int], float, dict[str, int], ShareFacts | None]] = []
+        self._journal: list[tuple[tuple[int, int], float, dict[str, int], RequestFacts | None]] = []
         self._requests: dict[tuple[int, int], int] = {}
         self._latency: dict[int, Histogram] = {}
         self._errors: dict[tuple[int, str], int] = {}
-        self.messages_in: dict[str, int] = {}
-        self.bytes_in: dict[str, int] = {}
+        self._messages_in: dict[str, int] = {}
+        self._bytes_in: dict[str, int] = {}
         self._bytes_out: dict[str, int] = {}
         # ("fetch" | "acknowledgement", topic) -> requests, and those with a failed partition
         self._share_total: dict[tuple[str, str], int] = {}
@@ -211,6 +212,18 @@ class MetricsRecorder(Recorder):
         return self._errors
 
     @property
+    def messages_in(self) -> dict[str, int]:
+        """topic -> records appended by producers."""
+        self.fold()
+        return self._messages_in
+
+    @property
+    def bytes_in(self) -> dict[str, int]:
+        """topic -> record-batch bytes appended by producers."""
+        self.fold()
+        return self._bytes_in
+
+    @property
     def bytes_out(self) -> dict[str, int]:
         """topic -> record-batch bytes answered to Fetch and ShareFetch."""
         self.fold()
@@ -235,9 +248,9 @@ class MetricsRecorder(Recorder):
         return self._record_acks
 
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
-                share: ShareFacts | None = None) -> None:
+                facts: RequestFacts | None = None) -> None:
         journal = self._journal
-        journal.append((key, elapsed_ms, errors, share))
+        journal.append((key, elapsed_ms, errors, facts))
         if len(journal) >= _FOLD_AT:
             self.fold()
 
@@ -245,7 +258,7 @@ class MetricsRecorder(Recorder):
         """Count the requests noted since the last fold."""
         journal, self._journal = self._journal, []
         requests, latency, counted = self._requests, self._latency, self._errors
-        for key, elapsed_ms, errors, share in journal:
+        for key, elapsed_ms, errors, facts in journal:
             requests[key] = requests.get(key, 0) + 1
             api_key = key[0]
             hist = latency.get(api_key)
@@ -256,8 +269,15 @@ class MetricsRecorder(Recorder):
             for name, n in errors.items():
                 ekey = (api_key, name)
                 counted[ekey] = counted.get(ekey, 0) + n
-            if share is not None:
-                self._fold_share(share)
+            if facts is None:
+                continue
+            if isinstance(facts, list):  # a Produce's
+                records_in, bytes_in = self._messages_in, self._bytes_in
+                for topic, records, size in facts:
+                    records_in[topic] = records_in.get(topic, 0) + records
+                    bytes_in[topic] = bytes_in.get(topic, 0) + size
+            else:
+                self._fold_share(facts)
 
     def _fold_share(self, share: ShareFacts) -> None:
         fetch, fetched, acknowledged = share
@@ -295,10 +315,6 @@ class MetricsRecorder(Recorder):
             total[tkey] = total.get(tkey, 0) + 1
             if any_failed:
                 failed[tkey] = failed.get(tkey, 0) + 1
-
-    def produced(self, topic: str, records: int, size: int) -> None:
-        self.messages_in[topic] = self.messages_in.get(topic, 0) + records
-        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + size
 
     def fetched(self, topic: str, size: int) -> None:
         self._bytes_out[topic] = self._bytes_out.get(topic, 0) + size

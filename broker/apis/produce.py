@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import CloseConnection, api, error_response
 from sharebroker.broker.flusher import now_ms
-from sharebroker.broker.metrics import all_none, error_name
+from sharebroker.broker.metrics import ProduceFacts, all_none, error_name
 from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 
 from sharebroker.broker.structured_log import Repeats, get_logger
@@ -31,8 +31,10 @@ log = get_logger("sharebroker.produce")
 _refusals = Repeats(10.0)
 
 def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | None, version: int,
-                now: int, transactional_id: str | None, entry: ProducePartitionResponse) -> None:
-    """Validate and append one partition's batch, filling its response entry."""
+                now: int, transactional_id: str | None, entry: ProducePartitionResponse,
+                produced: ProduceFacts | None) -> None:
+    """Validate and append one partition's batch, filling its response entry; with metrics on,
+    note it in `produced`."""
     plog = partition.log
     topic = partition.topic
     cfg = topic.config
@@ -66,8 +68,8 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
         partition.producers.record(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
                                    result.first_offset, result.last_offset, batch.max_timestamp,
                                    transactional=batch.is_transactional)
-    if broker.metrics.enabled:
-        broker.metrics.produced(topic.name, batch.record_count, batch.size)
+    if produced is not None:
+        produced.append((topic.name, batch.record_count, batch.size))
     if result.rolled:
         # After the producer state took this batch in: the roll's snapshot is taken at the log
         # end offset, which already counts it.
@@ -145,6 +147,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     responses = []
     appended: list[tuple[Any, ProducePartitionResponse]] = []
     failed = False
+    counting = broker.metrics.enabled
+    produced: ProduceFacts | None = [] if counting else None
     resolved = []  # (request entry, topic or None, its name or None, the error if unknown)
     for td in body.topic_data:
         if v >= 13:
@@ -181,7 +185,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
                 partition = topic.partitions[pd.index]
-                _append_one(broker, partition, pd.records, v, now, body.transactional_id, entry)
+                _append_one(broker, partition, pd.records, v, now, body.transactional_id, entry, produced)
                 appended.append((partition, entry))
             except KafkaError as exc:
                 failed = True
@@ -207,12 +211,14 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 _failed(entry, code, message)
             elif isinstance(res, BaseException):
                 raise res
+    if produced:
+        conn.request_facts = produced
     if acks == 0:
         if failed:
             # Kafka closes an acks=0 connection on error: it is the only signal such a producer gets.
             raise CloseConnection()
         return None
-    if broker.metrics.enabled:  # errorCounts: each partition (the response has no top-level code)
+    if counting:  # errorCounts: each partition (the response has no top-level code)
         if failed:
             errors = conn.response_errors = {}
             for t in responses:
@@ -220,7 +226,10 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                     name = error_name(e.error_code)
                     errors[name] = errors.get(name, 0) + 1
         else:
-            conn.response_errors = all_none(sum(len(t.partitions) for t in responses))
+            n = 0
+            for t in responses:
+                n += len(t.partitions)
+            conn.response_errors = all_none(n)
     frame: list[Buffer] = [encode_produce_response(req.correlation_id, v, responses)]
     return frame
 

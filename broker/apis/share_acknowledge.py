@@ -68,7 +68,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
             "partition_index": index, "error_code": code, "error_message": message,
             "current_leader": current_leader(broker, partition)})
     if counted:
-        conn.share_facts = (None, None, counted)
+        conn.request_facts = (None, None, counted)
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     return build(cls, {

@@ -247,7 +247,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
         fetched: list[tuple[Partition, int]] | None = [] if counting else None
         await _fetch(broker, group_id, member_id, session, body, entries, refused, fetched)
         if counting:
-            conn.share_facts = (_fetch_counts(broker, session, entries), fetched or None, acked or None)
+            conn.request_facts = (_fetch_counts(broker, session, entries), fetched or None, acked or None)
 
     for key in list(session.pending_new):
         partition, unresolved, why = resolve_partition(broker, *key)
@@ -260,8 +260,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
     if counting:
-        if acked and conn.share_facts is None:  # acknowledged without fetching
-            conn.share_facts = (None, None, acked)
+        if acked and conn.request_facts is None:  # acknowledged without fetching
+            conn.request_facts = (None, None, acked)
         _count_errors(conn, entries)
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],

@@ -48,8 +48,7 @@ def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
     r.request((0, 11), 0.3, {"NONE": 1})
     r.request((0, 11), 7.0, {"NONE": 2, "NOT_LEADER_OR_FOLLOWER": 1})
     r.request((78, 2), 499.0, {"SHARE_SESSION_NOT_FOUND": 1})
-    r.produced("orders", 10, 1200)
-    r.produced("orders", 5, 600)
+    r.request((0, 9), 0.2, {"NONE": 2}, [("orders", 10, 1200), ("orders", 5, 600)])
     r.fetched("orders", 1000)  # a Fetch
     # a ShareAcknowledge: two partitions of orders (one refused) and one of audit, refused
     r.request((79, 1), 1.0, {"NONE": 3, "INVALID_RECORD_STATE": 2}, (None, None, [
@@ -61,11 +60,11 @@ def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
     # two ShareFetches without a failed partition, with the keys the session keeps
     for _ in range(2):
         r.request((78, 1), 2.0, all_none(2), ((("fetch", "orders"),), None, None))
-    assert r.requests == {(0, 11): 2, (78, 2): 1, (79, 1): 1, (78, 1): 3}
-    assert r.errors == {(0, "NONE"): 3, (0, "NOT_LEADER_OR_FOLLOWER"): 1, (78, "SHARE_SESSION_NOT_FOUND"): 1,
+    assert r.requests == {(0, 11): 2, (0, 9): 1, (78, 2): 1, (79, 1): 1, (78, 1): 3}
+    assert r.errors == {(0, "NONE"): 5, (0, "NOT_LEADER_OR_FOLLOWER"): 1, (78, "SHARE_SESSION_NOT_FOUND"): 1,
                         (79, "NONE"): 3, (79, "INVALID_RECORD_STATE"): 2, (78, "NONE"): 7,
                         (78, "UNKNOWN_TOPIC_ID"): 1}
-    assert r.latency[0].cumulative()[1] == ("0.5", 1) and r.latency[0].cumulative()[-1] == ("+Inf", 2)
+    assert r.latency[0].cumulative()[1] == ("0.5", 2) and r.latency[0].cumulative()[-1] == ("+Inf", 3)
     assert (r.messages_in, r.bytes_in, r.bytes_out) == ({"orders": 15}, {"orders": 1800}, {"orders": 1800})
     assert r.record_acks == {ACCEPT: 7, RELEASE: 2, REJECT: 3, 4: 0}
     assert r.share_requests_total == {("acknowledgement", "orders"): 2, ("acknowledgement", "audit"): 1,
