@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
 from sharebroker.broker.frames import MIN_FRAME, FrameEnd, FrameProtocol
-from sharebroker.broker.metrics import Recorder, RequestFacts, count_errors, error_name
+from sharebroker.broker.metrics import FOLD_AT, Recorder, RequestFacts, count_errors, error_name
 from sharebroker.broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas
 from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from sharebroker.broker.security.sasl import ListenerSecurity, SaslSession
@@ -130,6 +130,8 @@ class Connection:
         reason = "client closed"
         frames = self._frames
         metrics = self.broker.metrics
+        journal = metrics.journal
+        perf_counter = time.perf_counter
         try:
             while True:
                 frame = await frames.read_frame()
@@ -156,13 +158,15 @@ class Connection:
                             break
                         continue
                 if metrics.enabled:
-                    started = time.perf_counter()
+                    started = perf_counter()
                     response = await self._process(frame)
-                    elapsed_ms = (time.perf_counter() - started) * 1000
+                    elapsed_ms = (perf_counter() - started) * 1000
                     last = self._last
-                    if last is not None:
-                        metrics.request(last, elapsed_ms, self.response_errors or self._errors or _NO_ERROR,
-                                        self.request_facts)
+                    if last is not None:  # MetricsRecorder.request, inline
+                        journal.append((last, elapsed_ms, self.response_errors or self._errors or _NO_ERROR,
+                                        self.request_facts))
+                        if len(journal) >= FOLD_AT:
+                            metrics.fold()
                         self._last = self._errors = self.response_errors = self.request_facts = None
                     else:
                         self._refused(metrics, frame, response, elapsed_ms)

@@ -20,9 +20,8 @@ from kio.schema.errors import ErrorCode
 if TYPE_CHECKING:
     from sharebroker.broker.topics import Partition
 
-__all__ = ["LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "ProduceFacts", "Recorder", "RequestFacts", "ShareFacts",
-           "all_none",
-           "count_errors", "error_name"]
+__all__ = ["FOLD_AT", "LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "JournalEntry", "MetricsRecorder",
+           "ProduceFacts", "Recorder", "RequestFacts", "ShareFacts", "all_none", "count_errors", "error_name"]
 
 # Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
 # their MaxWaitMs, so the buckets reach well past the clients' default 500 ms.
@@ -134,10 +133,22 @@ class Histogram:
         return out
 
 
+# One request as noted: (API key, version), time in ms, error codes by name, what it moved.
+JournalEntry = tuple[tuple[int, int], float, dict[str, int], RequestFacts | None]
+
+
 class Recorder:
     """The null recorder: every hook does nothing (metrics.listener unset)."""
 
     enabled = False
+
+    def __init__(self) -> None:
+        # Requests noted and not yet counted (only a counting recorder's fills): connections
+        # append to it directly and call fold() when it holds FOLD_AT entries.
+        self.journal: list[JournalEntry] = []
+
+    def fold(self) -> None:
+        """Count the requests noted in the journal."""
 
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
                 facts: RequestFacts | None = None) -> None:
@@ -162,7 +173,7 @@ class Recorder:
 
 
 # Requests a recorder notes before it folds them into its counts (a scrape folds them at once).
-_FOLD_AT = 2048
+FOLD_AT = 2048
 
 
 class MetricsRecorder(Recorder):
@@ -177,7 +188,7 @@ class MetricsRecorder(Recorder):
     enabled = True
 
     def __init__(self) -> None:
-        self._journal: list[tuple[tuple[int, int], float, dict[str, int], RequestFacts | None]] = []
+        super().__init__()
         self._requests: dict[tuple[int, int], int] = {}
         self._latency: dict[int, Histogram] = {}
         self._errors: dict[tuple[int, str], int] = {}
@@ -249,14 +260,17 @@ class MetricsRecorder(Recorder):
 
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
                 facts: RequestFacts | None = None) -> None:
-        journal = self._journal
+        journal = self.journal
         journal.append((key, elapsed_ms, errors, facts))
-        if len(journal) >= _FOLD_AT:
+        if len(journal) >= FOLD_AT:
             self.fold()
 
     def fold(self) -> None:
         """Count the requests noted since the last fold."""
-        journal, self._journal = self._journal, []
+        if not self.journal:
+            return
+        journal = self.journal.copy()  # the list itself stays: connections hold it
+        self.journal.clear()
         requests, latency, counted = self._requests, self._latency, self._errors
         for key, elapsed_ms, errors, facts in journal:
             requests[key] = requests.get(key, 0) + 1

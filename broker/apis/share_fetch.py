@@ -136,40 +136,43 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
     await delayed_fetch(attempt, lambda got_any: got_any or not leaders, wakeups, deadline, clock)
 
 
-def _fetch_counts(broker: Broker, session: ShareSession,
-                  entries: dict[Key, ShareFetchPartition]) -> tuple[tuple[str, str], ...] | dict[str, bool]:
-    """What TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec count of a fetch, once
-    per topic: without a failed partition (nearly always) the counter keys the session keeps for
-    its topics; with one, each topic and whether a partition of it failed."""
+def _note_metrics(broker: Broker, conn: Connection, session: ShareSession, entries: dict[Key, ShareFetchPartition],
+                  fetched: list[tuple[Partition, int]] | None, acked: list[tuple[Partition, int, Acks | None]]) -> None:
+    """The response's error codes for ErrorsPerSec (the top level, then each partition, as
+    errorCounts has them) and the request's ShareFacts: per topic, one fetch request
+    (TotalShareFetchRequestsPerSec, and FailedShareFetchRequestsPerSec if a partition of it
+    failed) when it fetched (`fetched` is not None), and what it fetched and acknowledged."""
     for e in entries.values():
         if e.error_code:
             break
-    else:
+    else:  # no partition failed (nearly always): the counter keys the session keeps for its topics
+        conn.response_errors = all_none(1 + len(entries))
+        if fetched is None:
+            if acked:
+                conn.request_facts = (None, None, acked)
+            return
         keys = session.fetch_metric_keys
         if keys is None:
             keys = session.fetch_metric_keys = tuple(
                 ("fetch", topic.name) for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions)
                 if (topic := broker.topics.get_by_id(topic_id)) is not None)
-        return keys
+        conn.request_facts = (keys, fetched or None, acked or None)
+        return
+    errors = conn.response_errors = {"NONE": 1}
+    for entry in entries.values():
+        name = error_name(entry.error_code)
+        errors[name] = errors.get(name, 0) + 1
+    if fetched is None:
+        if acked:
+            conn.request_facts = (None, None, acked)
+        return
     failed = {topic_id for (topic_id, _), e in entries.items() if e.error_code}
     topics: dict[str, bool] = {}
     for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions):
         topic = broker.topics.get_by_id(topic_id)
         if topic is not None:
             topics[topic.name] = topic_id in failed
-    return topics
-
-
-def _count_errors(conn: Connection, entries: dict[Key, ShareFetchPartition]) -> None:
-    """The response's error codes for ErrorsPerSec: the top level, then each partition (errorCounts)."""
-    for e in entries.values():
-        if e.error_code:
-            errors = conn.response_errors = {"NONE": 1}
-            for entry in entries.values():
-                name = error_name(entry.error_code)
-                errors[name] = errors.get(name, 0) + 1
-            return
-    conn.response_errors = all_none(1 + len(entries))
+    conn.request_facts = (topics, fetched or None, acked or None)
 
 
 @api(78)
@@ -241,13 +244,13 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
         e = entries.setdefault(key, _entry(broker, key[1], partition))
         e.acknowledge_error_code, e.acknowledge_error_message = code, message
 
+    fetched: list[tuple[Partition, int]] | None = None  # with metrics on, when it fetches
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
-        fetched: list[tuple[Partition, int]] | None = [] if counting else None
-        await _fetch(broker, group_id, member_id, session, body, entries, refused, fetched)
         if counting:
-            conn.request_facts = (_fetch_counts(broker, session, entries), fetched or None, acked or None)
+            fetched = []
+        await _fetch(broker, group_id, member_id, session, body, entries, refused, fetched)
 
     for key in list(session.pending_new):
         partition, unresolved, why = resolve_partition(broker, *key)
@@ -259,10 +262,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     by_topic: dict[uuid.UUID, list[ShareFetchPartition]] = {}
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
-    if counting:
-        if acked and conn.request_facts is None:  # acknowledged without fetching
-            conn.request_facts = (None, None, acked)
-        _count_errors(conn, entries)
+    if acked is not None:  # metrics on
+        _note_metrics(broker, conn, session, entries, fetched, acked)
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],
         acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms)

@@ -147,6 +147,8 @@ class SharePartitionLeader:
         self._archiving_writes = 0  # lock-expiry writes with ARCHIVING records not yet settled
         # Record events: kept (history, bounded) while the admin view is on, logged while the
         # group's share.record.trace.enable is; `observed` is the one check the hot paths make.
+        # The history's times are the monotonic clock's, which an acquisition has at hand;
+        # events() turns them into wall-clock times.
         self.history: deque[tuple[int, str, int, int, str, int]] | None = None
         self.trace = False
         self.observed = False
@@ -164,7 +166,7 @@ class SharePartitionLeader:
         (RecordEvent's fields, in order): this runs on every acquisition and acknowledgement while
         the view is on, and `events()` names them only when someone looks."""
         if self.history is not None:
-            self.history.append((self.clock.wall_ms(), kind, first, last, member, delivery_count))
+            self.history.append((self.clock.monotonic_ms(), kind, first, last, member, delivery_count))
         if self.trace:
             trace_log.info("share record " + kind, group=self.group_id, topic=self.partition.topic.name,
                            partition=self.partition.index, first_offset=first, last_offset=last,
@@ -172,7 +174,10 @@ class SharePartitionLeader:
 
     def events(self) -> list[RecordEvent]:
         """The remembered record events, oldest first (empty while the view is off)."""
-        return [RecordEvent._make(e) for e in self.history or ()]
+        if not self.history:
+            return []
+        to_wall = self.clock.wall_ms() - self.clock.monotonic_ms()
+        return [RecordEvent(e[0] + to_wall, *e[1:]) for e in self.history]
 
     def _write_events(self, write: StateWrite, kind: str, member: str) -> None:
         """A release or expiry write's ranges: back to AVAILABLE (`kind`) or archived."""
@@ -407,15 +412,14 @@ class SharePartitionLeader:
         headers = list(iter_batch_headers(data))
         batches = [LogBatch(h.base_offset, h.last_offset) for h in headers]
         aborted = self._aborted_batches(headers, offset, read.next_offset) if limits.read_committed else ()
+        now = self.clock.monotonic_ms()
         acquired = sp.acquire(member_id, batches, max_records=max_records, batch_size=batch_size, mode=mode,
-                              limits=limits, now_ms=self.clock.monotonic_ms(), fetch_offset=offset,
-                              aborted_batches=aborted)
+                              limits=limits, now_ms=now, fetch_offset=offset, aborted_batches=aborted)
         if not acquired:
             return Acquisition(b"", [])
         if self.observed:
             history = self.history
             if history is not None and not self.trace:  # the view alone: no call per range
-                now = self.clock.wall_ms()
                 for a in acquired:
                     history.append((now, "acquire", a.first_offset, a.last_offset, member_id, a.delivery_count))
             else:

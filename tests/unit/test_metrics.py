@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from sharebroker.broker.metrics import (
+    FOLD_AT,
     NULL_RECORDER,
     Histogram,
     MetricsRecorder,
@@ -77,8 +78,8 @@ def test_the_journal_folds_when_full_and_when_read() -> None:
     r = MetricsRecorder()
     for _ in range(5000):
         r.request((78, 1), 0.1, all_none(2), ((("fetch", "jobs"),), [(_partition("jobs"), 70)], None))
-    assert len(r._journal) == 5000 % 2048  # folded twice on the way
-    assert r.bytes_out == {"jobs": 350_000} and not r._journal
+    assert len(r.journal) == 5000 % FOLD_AT  # folded twice on the way
+    assert r.bytes_out == {"jobs": 350_000} and not r.journal
     assert r.share_requests_total == {("fetch", "jobs"): 5000}
     assert r.requests == {(78, 1): 5000} and r.errors == {(78, "NONE"): 10_000}
 
