@@ -146,15 +146,17 @@ def _count_rows(w: dict[str, Any], add: Any) -> None:
             add(f"w11 {int(n):,} partitions: open files after restart", r["after_restart_fds"], "files")
     soak = w.get("w12_soak")
     if soak:
-        span = f"min {soak['rss_mb']['start_min']:.0f} -> {soak['rss_mb']['end_min']:.0f}"
+        start_min, end_min = soak["rss_mb"]["start_min"], soak["rss_mb"]["end_min"]
         for key, name, unit in (("rss_mb", "broker RSS", "MB"), ("fds", "open files", "files"),
                                 ("share_state_mb", "__share_group_state on disk", "MB"),
                                 ("consumer_offsets_mb", "__consumer_offsets on disk", "MB"),
-                                ("p99_ms", "produce delivery p99 (first minute -> last minute)", "ms")):
+                                ("p99_ms", "produce delivery p99", "ms")):
             v = soak[key]
-            add(f"w12 long run ({soak['minutes']:g} min, {soak['rate']} rec/s): {name}, end",
+            when, before = (("the last minute", "the first minute") if key == "p99_ms" else
+                            (f"minute {end_min:.0f}", f"minute {start_min:.0f}"))
+            add(f"w12 long run ({soak['minutes']:g} min, {soak['rate']} rec/s): {name}, {when}",
                 {"median": v["end"], "min": v["end"], "max": v["end"]}, unit,
-                f"start {_fmt(v['start'], unit)}, change {v['change']:+.2f}" + ("" if key == "p99_ms" else f" ({span})"))
+                f"{before}: {_fmt(v['start'], unit)}; change {v['change']:+.2f}")
     workers = w.get("w13_workers")
     if workers:
         one, two = workers["by_workers"]["1"], workers["by_workers"]["2"]
@@ -345,8 +347,9 @@ def _soak_chart(soak: dict[str, Any], out: Path, plt: Any) -> str:
     for ax, ylabel, curves in ((axes[0][0], "broker RSS, MB", [("rss", "RSS")]),
                                (axes[0][1], "open files", [("fds", "descriptors")]),
                                (axes[1][0], "produce delivery latency, ms", [("p50", "p50"), ("p99", "p99")]),
-                               (axes[1][1], "on disk, MB", [("state", "__share_group_state"),
-                                                            ("offsets", "__consumer_offsets"), ("index", "indexes")])):
+                               (axes[1][1], "on disk, MB", [("state", "share state (__share_group_state)"),
+                                                            ("offsets", "offsets (__consumer_offsets)"),
+                                                            ("index", "offset + time indexes")])):
         for key, label in curves:
             ax.plot(xs, [r[key] for r in rows], marker=".", label=label)
         ax.set_ylabel(ylabel, fontsize=8)
