@@ -7,8 +7,21 @@ group join) is not. Each figure is the median of `--runs` runs (at least 3) with
 
     python -m bench [--quick] [--runs N] [--only w1,w2,...] [--out DIR | --save]
 
-Results go to bench/out/ (ignored by git) or --out DIR. The committed figures in bench/results/
-(which the README quotes) change only with --save, from a full run of every workload.
+The workloads: peer_disk, peer_mock, peer_mock_produce (the raw disk and librdkafka's mock cluster
+as yardsticks); w1 share consume of a backlog, w2 share consume live (p50/p99), w3 produce, w4
+classic fetch, w6 start-up (w5, memory, comes from w1's runs); and issue 24's counts: w7 the job
+queue (1/8 consumers x max.poll.records 1/10/100, the mock cluster beside), w8 one share group of
+1 to 1,000 members, w9 1 to 10,000 idle groups of each kind, w10 0 to 10,000 idle connections,
+w11 1 to 100,000 partitions under ulimit -n 4096 (100,000 once), w12 the long run (bench.soak: 30
+minutes, once; 2 with --quick), w13 1 against 2 worker processes (bench.workers).
+
+A full run takes about 75 minutes on an otherwise quiet 2-core machine (w1-w6 with the peers about
+5, w7 about 6, w8 about 13, w9-w10 about 5, w11 about 6, w12 31, w13 about 7); --quick about 25.
+
+Results go to bench/out/ (ignored by git) or --out DIR: latest.json, latest.md and the charts
+(throughput_vs_backlog, latency_percentiles, job_queue, members, groups, connections, partitions,
+soak, workers; each drawn when its workloads ran). The committed figures in bench/results/ (which
+the README quotes) change only with --save, from a full run of every workload.
 """
 
 from __future__ import annotations
@@ -552,7 +565,7 @@ def output_dir(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="reduced scale (a few minutes)")
+    ap.add_argument("--quick", action="store_true", help="reduced scale (about 25 minutes for every workload)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(WORKLOADS))
     ap.add_argument("--out", type=Path, help="where the results go (default: bench/out, ignored by git)")
