@@ -15,8 +15,9 @@ queue (1/8 consumers x max.poll.records 1/10/100, the mock cluster beside), w8 o
 w11 1 to 100,000 partitions under ulimit -n 4096 (100,000 once), w12 the long run (bench.soak: 30
 minutes, once; 2 with --quick), w13 1 against 2 worker processes (bench.workers).
 
-A full run takes about 75 minutes on an otherwise quiet 2-core machine (w1-w6 with the peers about
-5, w7 about 6, w8 about 13, w9-w10 about 5, w11 about 6, w12 31, w13 about 7); --quick about 25.
+A full run takes about 80 minutes on an otherwise quiet 2-core machine (w1-w6 with the peers about
+5, w7 about 8, w8 about 13, w9-w10 about 5, w11 about 8, w12 31, w13 about 7); --quick about 25
+(estimates from the workloads' sizes and --quick runs; more under load).
 
 Results go to bench/out/ (ignored by git) or --out DIR: latest.json, latest.md and the charts
 (throughput_vs_backlog, latency_percentiles, job_queue, members, groups, connections, partitions,
