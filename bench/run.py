@@ -475,7 +475,7 @@ def w12_soak(scale: dict, runs: int) -> dict[str, Any]:
 
     res = soak.run(scale["soak_minutes"], 500, scale["soak_interval_s"], show=False)
     rows = res["rows"]
-    start = [r for r in rows if r["min"] <= 1.01][-1:] or rows[:1]  # the sample at the end of the first minute
+    start = [r for r in rows if r["min"] <= 1][-1:] or rows[:1]  # the sample at the end of the first minute
     first, last = start[0], rows[-1]
     out: dict[str, Any] = {k: res[k] for k in ("minutes", "rate", "interval_s", "delivered", "rows")}
     for key, name in (("rss", "rss_mb"), ("fds", "fds"), ("state", "share_state_mb"), ("offsets", "consumer_offsets_mb"),

@@ -100,7 +100,9 @@ def run(minutes: float, rate: int, interval: float, overrides: dict[str, str] | 
         show: bool = True) -> dict[str, Any]:
     """One long run on a fresh broker: a sample every `interval` seconds (RSS, descriptors, the state
     topics' and indexes' sizes, the producer's delivery latency p50/p99 since the last sample), and
-    the latency p99 of the first and of the last minute, each over all of that minute's deliveries."""
+    the latency p99 of the first and of the last minute, each over all of that minute's deliveries
+    (the first minute's without its first interval, the clients' start-up, when the interval is
+    shorter than a minute)."""
     fresh = FreshBroker()
     fresh.broker.overrides.update(overrides or {})
     rows: list[dict[str, float]] = []
@@ -118,20 +120,20 @@ def run(minutes: float, rate: int, interval: float, overrides: dict[str, str] | 
             print(f"{'min':>5} {'RSS MB':>7} {'fds':>5} {'state MB':>8} {'offsets MB':>10} {'index MB':>8} "
                   f"{'p50 ms':>7} {'p99 ms':>7}", flush=True)
         t0 = time.monotonic()
-        end = t0 + minutes * 60
+        samples = max(1, round(minutes * 60 / interval))
         try:
-            while time.monotonic() < end:
-                time.sleep(min(interval, max(0.0, end - time.monotonic())))
+            for k in range(1, samples + 1):
+                due = k * interval  # on a fixed schedule: the minutes compared do not drift
+                time.sleep(max(0.0, t0 + due - time.monotonic()))
                 took: list[float] = []
                 while not latencies.empty():
                     took.extend(latencies.get())
                 took.sort()
                 delivered += len(took)
-                at = time.monotonic() - t0
-                if at <= 60.5:
+                if due <= 60 and (k > 1 or interval >= 60):  # the first interval has the clients' start-up
                     first_minute.extend(took)
-                last_minute = [(t, x) for t, x in last_minute if t > at - 60.5] + [(at, took)]
-                row = {"min": at / 60, "rss": rss_mb(b.proc.pid), "fds": open_fds(b.proc.pid),
+                last_minute = [(t, x) for t, x in last_minute if t > due - 60] + [(due, took)]
+                row = {"min": due / 60, "rss": rss_mb(b.proc.pid), "fds": open_fds(b.proc.pid),
                        "state": dir_mb(data, "__share_group_state"), "offsets": dir_mb(data, "__consumer_offsets"),
                        "index": index_mb(data), "delivered": len(took),
                        "p50": statistics.median(took) if took else float("nan"),
