@@ -11,6 +11,8 @@ from typing import Any
 def _fmt(v: float, unit: str) -> str:
     if unit in ("rec/s",):
         return f"{v:,.0f}"
+    if unit == "files":
+        return f"{v:,.0f}"
     if unit == "ms":
         return f"{v:,.1f}"
     return f"{v:,.2f}" if v < 100 else f"{v:,.0f}"
@@ -101,7 +103,7 @@ def rows(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _count_rows(w: dict[str, Any], add: Any) -> None:
-    """Issue 24's counts: job queue, members, groups, connections, partitions."""
+    """Issue 24's counts: job queue, members, groups, connections, partitions, the long run, workers."""
     for r in w.get("w7_jobs", {}).values():
         s, mock = r["jobs_per_s"], r["mock_jobs_per_s"]
         target, ok = "", None
@@ -124,8 +126,9 @@ def _count_rows(w: dict[str, Any], add: Any) -> None:
         add(f"w9 {int(n):,} idle classic + {int(n):,} idle share groups: broker idle CPU", r["idle_cpu_pct"], "%")
         add(f"w9 {int(n):,} + {int(n):,} groups: restart", r["restart_s"], "s")
         add(f"w9 {int(n):,} + {int(n):,} groups: an active share member's heartbeat p99", r["hb_p99"], "ms")
+        add(f"w9 {int(n):,} + {int(n):,} groups: broker RSS", r["rss_mb"], "MB")
     for n, r in w.get("w10_connections", {}).items():
-        if int(n):
+        if int(n) >= 100:  # fewer are within RSS's page-sized noise
             add(f"w10 {int(n):,} idle connections: broker memory per connection", r["kb_per_conn"], "KB", "",
                 "<20 KB", r["kb_per_conn"]["median"] < 20)
         add(f"w10 {int(n):,} idle connections: active client produce p99", r["p99_ms"], "ms")
@@ -136,9 +139,40 @@ def _count_rows(w: dict[str, Any], add: Any) -> None:
                 "<2 s" if ten_k else "", (r["restart_s"]["median"] < 2) if ten_k else None)
         if "metadata_p50_ms" in r:
             add(f"w11 {int(n):,} partitions: Metadata(all) p50", r["metadata_p50_ms"], "ms")
+        if "metadata_p99_ms" in r:
+            add(f"w11 {int(n):,} partitions: Metadata(all) p99", r["metadata_p99_ms"], "ms")
         if "after_restart_rss_mb" in r:
             add(f"w11 {int(n):,} partitions: RSS after restart", r["after_restart_rss_mb"], "MB", "", "<300 MB",
                 r["after_restart_rss_mb"]["median"] < 300)
+        if "after_restart_fds" in r:
+            add(f"w11 {int(n):,} partitions: open files after restart", r["after_restart_fds"], "files")
+    soak = w.get("w12_soak")
+    if soak:
+        start_min, end_min = soak["rss_mb"]["start_min"], soak["rss_mb"]["end_min"]
+        for key, name, unit in (("rss_mb", "broker RSS", "MB"), ("fds", "open files", "files"),
+                                ("share_state_mb", "__share_group_state on disk", "MB"),
+                                ("consumer_offsets_mb", "__consumer_offsets on disk", "MB"),
+                                ("p99_ms", "produce delivery p99", "ms")):
+            v = soak[key]
+            when, before = (("the last minute", "the first minute") if key == "p99_ms" else
+                            (f"minute {end_min:.0f}", f"minute {start_min:.0f}"))
+            add(f"w12 long run ({soak['minutes']:g} min, {soak['rate']} rec/s): {name}, {when}",
+                {"median": v["end"], "min": v["end"], "max": v["end"]}, unit,
+                f"{before}: {_fmt(v['start'], unit)}; change {v['change']:+.2f}")
+    workers = w.get("w13_workers")
+    if workers:
+        one, two = workers["by_workers"]["1"], workers["by_workers"]["2"]
+        names = {"job_queue_mpr1": "job queue, 8 consumers, max.poll.records=1",
+                 "job_queue_mpr100": "job queue, 8 consumers, max.poll.records=100",
+                 "share_backlog": f"share consume of {workers['sizes']['backlog']:,} records"}
+        for label, name in names.items():
+            for count, r in (("1 worker", one[label]), ("2 workers", two[label])):
+                add(f"w13 {name}, {count}", r["rate"], "rec/s",
+                    f"{r['cpu_us']['median']:.1f} µs broker CPU each" +
+                    (f"; {r['rate']['median'] / one[label]['rate']['median']:.2f}x 1 worker" if count != "1 worker" else ""))
+        for count, r in (("1 worker", one["start_up"]), ("2 workers", two["start_up"])):
+            add(f"w13 start-up, {count}", {k: r["start_s"][k] * 1000 for k in ("median", "min", "max")}, "ms")
+            add(f"w13 idle RSS summed, {count}", r["idle_rss_mb"], "MB", f"PSS {r['idle_pss_mb']['median']:.0f} MB")
 
 
 def table(rs: list[dict[str, Any]]) -> list[str]:
@@ -223,16 +257,146 @@ def charts(res: dict[str, Any], out: Path) -> list[str]:
             ax.bar([x + offset for x in xs], med, 0.4, label=label,
                    yerr=[[m - jobs[k][field]["min"] for m, k in zip(med, keys)],
                          [jobs[k][field]["max"] - m for m, k in zip(med, keys)]], capsize=3)
+            for x, m in zip(xs, med):
+                ax.text(x + offset, m, f"{m / 1000:.1f}k", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(xs, [f"{jobs[k]['consumers']} cons.\nmax.poll {jobs[k]['max_poll_records']}" for k in keys],
                       fontsize=8)
-        ax.set_ylabel("acknowledged jobs/s (median, min-max)")
-        ax.set_title("Job queue: explicit ACCEPT per job, 1 partition")
+        ax.set_yscale("log")
+        ax.set_ylabel("acknowledged jobs/s (median, min-max; log)")
+        ax.set_title(f"Job queue: explicit ACCEPT per job, 1 partition, {jobs[keys[0]]['jobs']:,} jobs")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "job_queue.png", dpi=110)
         plt.close(fig)
         made.append("job_queue.png")
+    made += _count_charts(w, out, plt)
     return made
+
+
+def _curve(ax: Any, by_count: dict[str, Any], key: str, label: str, marker: str = "o") -> None:
+    """One figure against the count: medians joined, min-max bars."""
+    items = sorted(((int(n), r[key]) for n, r in by_count.items() if key in r), key=lambda kv: kv[0])
+    if not items:
+        return
+    xs, stats = [n for n, _ in items], [v for _, v in items]
+    med = [v["median"] for v in stats]
+    ax.errorbar(xs, med, yerr=[[m - v["min"] for m, v in zip(med, stats)], [v["max"] - m for m, v in zip(med, stats)]],
+                marker=marker, capsize=3, label=label)
+
+
+def _panels(plt: Any, out: Path, name: str, title: str, xlabel: str, by_count: dict[str, Any],
+            panels: list[tuple[str, list[tuple[str, str]]]], symlog: bool = False) -> str:
+    """A row (or grid) of small charts sharing the count axis: each panel a y label and its curves."""
+    cols = min(len(panels), 2 if len(panels) == 4 else 3)
+    rows_n = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.3 * rows_n), squeeze=False)
+    for ax, (ylabel, curves) in zip(axes.flat, panels):
+        for i, (key, label) in enumerate(curves):
+            _curve(ax, by_count, key, label, "os^"[i % 3])
+        if symlog:
+            ax.set_xscale("symlog", linthresh=1)
+        else:
+            ax.set_xscale("log")
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", alpha=0.3)
+        if len(curves) > 1:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title + " (median, min-max bars)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def _count_charts(w: dict[str, Any], out: Path, plt: Any) -> list[str]:
+    made = []
+    if w.get("w11_partitions"):
+        made.append(_panels(plt, out, "partitions.png", "Partitions, ulimit -n 4096", "partitions", w["w11_partitions"], [
+            ("broker RSS, MB", [("rss_mb", "after creation"), ("after_restart_rss_mb", "after restart")]),
+            ("open files", [("fds", "after creation"), ("after_restart_fds", "after restart")]),
+            ("Metadata(all), ms", [("metadata_p50_ms", "p50"), ("metadata_p99_ms", "p99")]),
+            ("seconds", [("create_s", "create all"), ("restart_s", "start-up (restart)")])]))
+    if w.get("w8_members"):
+        made.append(_panels(plt, out, "members.png", "One share group of N members", "members", w["w8_members"], [
+            ("steady heartbeat latency, ms", [("p50_ms", "p50"), ("p99_ms", "p99")]),
+            ("settle time, s", [("settled_s", "from the join storm"), ("after_storm_s", "after the last join")]),
+            ("broker CPU per heartbeat, µs", [("cpu_us_per_heartbeat", "CPU/heartbeat")])]))
+    if w.get("w9_groups"):
+        made.append(_panels(plt, out, "groups.png", "N idle classic + N idle share groups", "groups of each kind",
+                            w["w9_groups"], [
+            ("broker idle CPU, %", [("idle_cpu_pct", "idle CPU")]),
+            ("broker RSS, MB", [("rss_mb", "RSS")]),
+            ("an active group's p99, ms", [("hb_p99", "share heartbeat"), ("commit_p99", "offset commit")]),
+            ("restart, s", [("restart_s", "restart")])]))
+    if w.get("w10_connections"):
+        # memory per connection only from 100 up: below that it is within RSS's page-sized noise
+        conns = {n: {k: v for k, v in r.items() if k != "kb_per_conn" or int(n) >= 100}
+                 for n, r in w["w10_connections"].items()}
+        made.append(_panels(plt, out, "connections.png", "Idle connections beside one active producer",
+                            "idle connections", conns, [
+            ("broker RSS, MB", [("rss_mb", "RSS")]),
+            ("memory per idle connection, KB", [("kb_per_conn", "KB/connection")]),
+            ("active produce latency, ms", [("p50_ms", "p50"), ("p99_ms", "p99")])], symlog=True))
+    if w.get("w12_soak"):
+        made.append(_soak_chart(w["w12_soak"], out, plt))
+    if w.get("w13_workers"):
+        made.append(_workers_chart(w["w13_workers"], out, plt))
+    return made
+
+
+def _soak_chart(soak: dict[str, Any], out: Path, plt: Any) -> str:
+    rows = soak["rows"]
+    xs = [r["min"] for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
+    for ax, ylabel, curves in ((axes[0][0], "broker RSS, MB", [("rss", "RSS")]),
+                               (axes[0][1], "open files", [("fds", "descriptors")]),
+                               (axes[1][0], "produce delivery latency, ms", [("p50", "p50"), ("p99", "p99")]),
+                               (axes[1][1], "on disk, MB", [("state", "share state (__share_group_state)"),
+                                                            ("offsets", "offsets (__consumer_offsets)"),
+                                                            ("index", "offset + time indexes")])):
+        for key, label in curves:
+            ax.plot(xs, [r[key] for r in rows], marker=".", label=label)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        if len(curves) > 1:
+            ax.legend(fontsize=7)
+    for ax in axes[1]:
+        ax.set_xlabel("minutes", fontsize=8)
+    fig.suptitle(f"The long run: {soak['rate']} records/s produced, a classic group, two share consumers "
+                 f"({soak['minutes']:g} min)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "soak.png", dpi=110)
+    plt.close(fig)
+    return "soak.png"
+
+
+def _workers_chart(res: dict[str, Any], out: Path, plt: Any) -> str:
+    phases = (("job_queue_mpr1", "job queue\nmax.poll.records=1"), ("job_queue_mpr100", "job queue\nmax.poll.records=100"),
+              ("share_backlog", f"share consume\n{res['sizes']['backlog']:,} backlog"))
+    fig, axes = plt.subplots(2, 3, figsize=(10, 6))
+    for col, (label, title) in enumerate(phases):
+        for row, (field, ylabel) in enumerate((("rate", "jobs or records/s"), ("cpu_us", "broker CPU per job/record, µs"))):
+            ax = axes[row][col]
+            stats = [res["by_workers"][w][label][field] for w in ("1", "2")]
+            med = [v["median"] for v in stats]
+            ax.bar([0, 1], med, 0.6, color=["C0", "C1"], capsize=4,
+                   yerr=[[m - v["min"] for m, v in zip(med, stats)], [v["max"] - m for m, v in zip(med, stats)]])
+            for x, m in enumerate(med):
+                ax.text(x, m, f"{m:,.0f}" if m >= 100 else f"{m:.1f}", ha="center", va="bottom", fontsize=8)
+            ax.set_xticks([0, 1], ["1 worker", "2 workers"], fontsize=8)
+            ax.set_ylabel(ylabel, fontsize=8)
+            if row == 0:
+                ax.set_title(title, fontsize=9)
+    fig.suptitle("1 worker process against 2 (median, min-max bars)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "workers.png", dpi=110)
+    plt.close(fig)
+    return "workers.png"
 
 
 def write(res: dict[str, Any], out: Path) -> None:

@@ -7,8 +7,22 @@ group join) is not. Each figure is the median of `--runs` runs (at least 3) with
 
     python -m bench [--quick] [--runs N] [--only w1,w2,...] [--out DIR | --save]
 
-Results go to bench/out/ (ignored by git) or --out DIR. The committed figures in bench/results/
-(which the README quotes) change only with --save, from a full run of every workload.
+The workloads: peer_disk, peer_mock, peer_mock_produce (the raw disk and librdkafka's mock cluster
+as yardsticks); w1 share consume of a backlog, w2 share consume live (p50/p99), w3 produce, w4
+classic fetch, w6 start-up (w5, memory, comes from w1's runs); and issue 24's counts: w7 the job
+queue (1/8 consumers x max.poll.records 1/10/100, the mock cluster beside), w8 one share group of
+1 to 1,000 members, w9 1 to 10,000 idle groups of each kind, w10 0 to 10,000 idle connections,
+w11 1 to 100,000 partitions under ulimit -n 4096 (100,000 once), w12 the long run (bench.soak: 30
+minutes, once; 2 with --quick), w13 1 against 2 worker processes (bench.workers).
+
+A full run takes about 80 minutes on an otherwise quiet 2-core machine (w1-w6 with the peers about
+5, w7 about 8, w8 about 13, w9-w10 about 5, w11 about 8, w12 31, w13 about 7); --quick about 25
+(estimates from the workloads' sizes and --quick runs; more under load).
+
+Results go to bench/out/ (ignored by git) or --out DIR: latest.json, latest.md and the charts
+(throughput_vs_backlog, latency_percentiles, job_queue, members, groups, connections, partitions,
+soak, workers; each drawn when its workloads ran). The committed figures in bench/results/ (which
+the README quotes) change only with --save, from a full run of every workload.
 """
 
 from __future__ import annotations
@@ -48,12 +62,15 @@ PARTITIONS = 4
 SCALES = {
     "quick": {"backlogs": [10_000, 100_000], "mock_backlogs": [5_000, 20_000], "produce_records": 100_000,
               "classic_records": 100_000, "live_seconds": 5.0, "big_log_mb": 100, "disk_mib": 256,
-              "jobs": 2_000, "members": [100, 1000], "groups": [1, 1000], "connections": [0, 1000],
-              "partitions": [1000]},
+              "jobs": 2_000, "members": [100, 1000], "groups": [1, 1000], "connections": [0, 100, 1000],
+              "partitions": [1, 1000], "soak_minutes": 2.0, "soak_interval_s": 10.0,
+              "workers": {"jobs": 500, "jobs100": 5_000, "backlog": 20_000}},
     "full": {"backlogs": [10_000, 100_000, 1_000_000], "mock_backlogs": [5_000, 10_000, 50_000],
              "produce_records": 1_000_000, "classic_records": 1_000_000, "live_seconds": 20.0, "big_log_mb": 1024,
-             "disk_mib": 1024, "jobs": 10_000, "members": [10, 100, 1000], "groups": [1, 1000, 10_000],
-             "connections": [0, 1000, 10_000], "partitions": [1000, 10_000, 100_000]},
+             "disk_mib": 1024, "jobs": 10_000, "members": [1, 10, 100, 1000], "groups": [1, 1000, 10_000],
+             "connections": [0, 1, 100, 1000, 10_000], "partitions": [1, 1000, 10_000, 100_000],
+             "soak_minutes": 30.0, "soak_interval_s": 30.0,
+             "workers": {"jobs": 2_000, "jobs100": 20_000, "backlog": 100_000}},
 }
 
 
@@ -416,28 +433,102 @@ def w9_groups(scale: dict, runs: int) -> dict[str, Any]:
 
 
 def w10_connections(scale: dict, runs: int) -> dict[str, Any]:
-    """Idle connections: broker memory per connection and an active client's produce latency."""
+    """Idle connections: broker memory (RSS, and per connection) and an active client's produce latency."""
     from bench import connections
 
     out: dict[str, Any] = {}
     for _ in range(runs):
         for row in connections.measure(scale["connections"], 2000):
-            entry = out.setdefault(str(row["idle"]), {"kb_per_conn": [], "p50_ms": [], "p99_ms": []})
+            entry = out.setdefault(str(row["idle"]), {"rss_mb": [], "kb_per_conn": [], "p50_ms": [], "p99_ms": []})
             for k in entry:
                 entry[k].append(row[k])
-    return {n: {k: summarize(v) for k, v in e.items()} for n, e in out.items()}
+    got = {n: {k: summarize(v) for k, v in e.items()} for n, e in out.items()}
+    for n, r in got.items():
+        print(f"  connections {int(n):>6,}: RSS {r['rss_mb']['median']:.1f} MB, {r['kb_per_conn']['median']:.1f} KB each, "
+              f"produce p99 {r['p99_ms']['median']:.2f} ms", flush=True)
+    return got
 
 
 def w11_partitions(scale: dict, runs: int) -> dict[str, Any]:
-    """Partitions under ulimit -n 4096: creation, Metadata(all), restart, RSS, descriptors."""
+    """Partitions under ulimit -n 4096: creation, Metadata(all), RSS and descriptors after creation
+    and after a restart, the restart itself. 100,000 partitions run once (each run is minutes)."""
     from bench import partitions
 
     out: dict[str, Any] = {}
+    keys = ("create_s", "metadata_p50_ms", "metadata_p99_ms", "rss_mb", "fds", "restart_s", "after_restart_rss_mb",
+            "after_restart_fds")
     for n in scale["partitions"]:
         got = [partitions.run(n, 4096, min(1000, n), 20, {}) for _ in range(1 if n >= 100_000 else runs)]
-        keys = ("create_s", "metadata_p50_ms", "restart_s", "after_restart_rss_mb", "after_restart_fds")
         out[str(n)] = {k: summarize([g[k] for g in got if k in g]) for k in keys if any(k in g for g in got)}
-        print(f"  partitions {n}: " + ", ".join(f"{k} {v['median']:.1f}" for k, v in out[str(n)].items()), flush=True)
+        if errors := [g["error"] for g in got if "error" in g]:
+            out[str(n)]["errors"] = errors
+        print(f"  partitions {n}: " + ", ".join(f"{k} {v['median']:.1f}" for k, v in out[str(n)].items()
+                                                 if k != "errors") + "".join(f"; {e}" for e in errors), flush=True)
+    return out
+
+
+def w12_soak(scale: dict, runs: int) -> dict[str, Any]:
+    """The long run (bench.soak): produce at 500 records/s, a classic group, two explicit-ack share
+    consumers accepting, releasing and rejecting, for 30 minutes (2 with --quick), once: its figures
+    are the first minute beside the last, and the samples over time."""
+    from bench import soak
+
+    res = soak.run(scale["soak_minutes"], 500, scale["soak_interval_s"], show=False)
+    rows = res["rows"]
+    start = [r for r in rows if r["min"] <= 1][-1:] or rows[:1]  # the sample at the end of the first minute
+    first, last = start[0], rows[-1]
+    out: dict[str, Any] = {k: res[k] for k in ("minutes", "rate", "interval_s", "delivered", "rows")}
+    for key, name in (("rss", "rss_mb"), ("fds", "fds"), ("state", "share_state_mb"), ("offsets", "consumer_offsets_mb"),
+                      ("index", "index_mb")):
+        out[name] = {"start": first[key], "end": last[key], "change": last[key] - first[key],
+                     "start_min": first["min"], "end_min": last["min"]}
+    out["p99_ms"] = {"start": res["first_minute_p99_ms"], "end": res["last_minute_p99_ms"],
+                     "change": res["last_minute_p99_ms"] - res["first_minute_p99_ms"]}
+    print(f"  soak {res['minutes']:g} min at {res['rate']}/s ({res['delivered']:,} delivered): "
+          + ", ".join(f"{k} {out[k]['start']:.1f} -> {out[k]['end']:.1f}"
+                      for k in ("rss_mb", "fds", "share_state_mb", "consumer_offsets_mb", "p99_ms")), flush=True)
+    return out
+
+
+def w13_workers(scale: dict, runs: int) -> dict[str, Any]:
+    """1 worker process against 2 (worker.processes, experimental; bench.workers): the job queue
+    (4 partitions, 8 consumers, max.poll.records 1 and 100), share consume of a backlog, start-up
+    and idle memory; the worker counts alternate run by run, each run on a fresh broker. Beside
+    each rate, the broker's CPU (all its processes) per job or record."""
+    from bench import workers
+
+    sizes = scale["workers"]
+    counts = (1, 2)
+    out: dict[str, Any] = {"sizes": sizes, "by_workers": {str(w): {} for w in counts}}
+    starts: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
+    for _ in range(runs):
+        for w in counts:
+            starts[w].append(workers.start_up(w, runs=1))
+    for w in counts:
+        out["by_workers"][str(w)]["start_up"] = {k: summarize([s[k] for s in starts[w]])
+                                                 for k in ("start_s", "restart_s", "idle_rss_mb", "idle_pss_mb")}
+    phases = (("job_queue_mpr1", "jobs_per_s", "cpu_us_per_job", lambda w: workers.job_queue(w, sizes["jobs"], 8, 1)),
+              ("job_queue_mpr100", "jobs_per_s", "cpu_us_per_job",
+               lambda w: workers.job_queue(w, sizes["jobs100"], 8, 100)),
+              ("share_backlog", "records_per_s", "cpu_us_per_record",
+               lambda w: workers.share_backlog(w, sizes["backlog"])))
+    for label, rate, cpu, measure in phases:
+        got: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
+        for _ in range(runs):
+            for w in counts:
+                got[w].append(measure(w))
+        for w in counts:
+            out["by_workers"][str(w)][label] = {"rate": summarize([g[rate] for g in got[w]]),
+                                                "cpu_us": summarize([g[cpu] for g in got[w]]),
+                                                "rss_mb": summarize([g["rss_mb"] for g in got[w]]),
+                                                "unit": rate}
+        print(f"  workers {label}: " + "; ".join(
+            f"{w}: {out['by_workers'][str(w)][label]['rate']['median']:,.0f} {rate.replace('_per_s', '/s')}, "
+            f"{out['by_workers'][str(w)][label]['cpu_us']['median']:.1f} µs CPU each" for w in counts), flush=True)
+    for w in counts:
+        su = out["by_workers"][str(w)]["start_up"]
+        print(f"  workers {w}: start-up {su['start_s']['median']:.2f} s, idle RSS {su['idle_rss_mb']['median']:.0f} MB "
+              f"(PSS {su['idle_pss_mb']['median']:.0f} MB)", flush=True)
     return out
 
 
@@ -456,6 +547,8 @@ WORKLOADS: dict[str, Callable[[dict, int], dict[str, Any]]] = {
     "w9_groups": w9_groups,
     "w10_connections": w10_connections,
     "w11_partitions": w11_partitions,
+    "w12_soak": w12_soak,
+    "w13_workers": w13_workers,
 }
 
 
@@ -473,7 +566,7 @@ def output_dir(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="reduced scale (a few minutes)")
+    ap.add_argument("--quick", action="store_true", help="reduced scale (about 25 minutes for every workload)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated subset of: " + ", ".join(WORKLOADS))
     ap.add_argument("--out", type=Path, help="where the results go (default: bench/out, ignored by git)")

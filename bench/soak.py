@@ -96,6 +96,67 @@ def index_mb(data: Path) -> float:
     return sum(f.stat().st_size for pattern in ("*/*.index", "*/*.timeindex") for f in data.glob(pattern)) / 1e6
 
 
+def run(minutes: float, rate: int, interval: float, overrides: dict[str, str] | None = None,
+        show: bool = True) -> dict[str, Any]:
+    """One long run on a fresh broker: a sample every `interval` seconds (RSS, descriptors, the state
+    topics' and indexes' sizes, the producer's delivery latency p50/p99 since the last sample), and
+    the latency p99 of the first and of the last minute, each over all of that minute's deliveries
+    (the first minute's without its first interval, the clients' start-up, when the interval is
+    shorter than a minute)."""
+    fresh = FreshBroker()
+    fresh.broker.overrides.update(overrides or {})
+    rows: list[dict[str, float]] = []
+    first_minute: list[float] = []
+    last_minute: list[tuple[float, list[float]]] = []  # (sampled at, deliveries) of the samples in reach
+    delivered = 0
+    with fresh as b:
+        create_topic(b.bootstrap, TOPIC, PARTITIONS, share_group="soak-share")
+        data = b.data_dir
+        stop = CTX.Event()
+        latencies = CTX.Queue()
+        procs = [child(producer, b.bootstrap, rate, stop, latencies), child(classic, b.bootstrap, stop),
+                 child(share, b.bootstrap, 0, stop), child(share, b.bootstrap, 1, stop)]
+        if show:
+            print(f"{'min':>5} {'RSS MB':>7} {'fds':>5} {'state MB':>8} {'offsets MB':>10} {'index MB':>8} "
+                  f"{'p50 ms':>7} {'p99 ms':>7}", flush=True)
+        t0 = time.monotonic()
+        samples = max(1, round(minutes * 60 / interval))
+        try:
+            for k in range(1, samples + 1):
+                due = k * interval  # on a fixed schedule: the minutes compared do not drift
+                time.sleep(max(0.0, t0 + due - time.monotonic()))
+                took: list[float] = []
+                while not latencies.empty():
+                    took.extend(latencies.get())
+                took.sort()
+                delivered += len(took)
+                if due <= 60 and (k > 1 or interval >= 60):  # the first interval has the clients' start-up
+                    first_minute.extend(took)
+                last_minute = [(t, x) for t, x in last_minute if t > due - 60] + [(due, took)]
+                row = {"min": due / 60, "rss": rss_mb(b.proc.pid), "fds": open_fds(b.proc.pid),
+                       "state": dir_mb(data, "__share_group_state"), "offsets": dir_mb(data, "__consumer_offsets"),
+                       "index": index_mb(data), "delivered": len(took),
+                       "p50": statistics.median(took) if took else float("nan"),
+                       "p99": _p99(took)}
+                rows.append(row)
+                if show:
+                    print(f"{row['min']:>5.1f} {row['rss']:>7.1f} {row['fds']:>5.0f} {row['state']:>8.2f} "
+                          f"{row['offsets']:>10.2f} {row['index']:>8.2f} {row['p50']:>7.1f} {row['p99']:>7.1f}",
+                          flush=True)
+        finally:
+            stop.set()
+            reap(procs)
+    if not rows or delivered == 0:
+        raise RuntimeError("soak: no samples or no deliveries")
+    return {"minutes": minutes, "rate": rate, "interval_s": interval, "delivered": delivered, "rows": rows,
+            "first_minute_p99_ms": _p99(sorted(first_minute)),
+            "last_minute_p99_ms": _p99(sorted(x for _, took in last_minute for x in took))}
+
+
+def _p99(ordered: list[float]) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30)
@@ -104,41 +165,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-o", "--override", action="append", default=[], metavar="NAME=VALUE",
                     help="a broker setting, e.g. share.coordinator.state.topic.segment.bytes=4194304")
     args = ap.parse_args(argv)
-    fresh = FreshBroker()
-    fresh.broker.overrides.update(o.split("=", 1) for o in args.override)
-    with fresh as b:
-        create_topic(b.bootstrap, TOPIC, PARTITIONS, share_group="soak-share")
-        data = b.data_dir
-        stop = CTX.Event()
-        latencies = CTX.Queue()
-        procs = [child(producer, b.bootstrap, args.rate, stop, latencies), child(classic, b.bootstrap, stop),
-                 child(share, b.bootstrap, 0, stop), child(share, b.bootstrap, 1, stop)]
-        rows: list[dict[str, float]] = []
-        print(f"{'min':>5} {'RSS MB':>7} {'fds':>5} {'state MB':>8} {'offsets MB':>10} {'index MB':>8} {'p50 ms':>7} {'p99 ms':>7}")
-        end = time.monotonic() + args.minutes * 60
-        try:
-            t0 = time.monotonic()
-            while time.monotonic() < end:
-                time.sleep(min(args.interval, max(0.0, end - time.monotonic())))
-                took: list[float] = []
-                while not latencies.empty():
-                    took.extend(latencies.get())
-                took.sort()
-                row = {"min": (time.monotonic() - t0) / 60, "rss": rss_mb(b.proc.pid), "fds": open_fds(b.proc.pid),
-                       "state": dir_mb(data, "__share_group_state"), "offsets": dir_mb(data, "__consumer_offsets"),
-                       "index": index_mb(data),
-                       "p50": statistics.median(took) if took else float("nan"),
-                       "p99": took[int(len(took) * 0.99)] if took else float("nan")}
-                rows.append(row)
-                print(f"{row['min']:>5.1f} {row['rss']:>7.1f} {row['fds']:>5.0f} {row['state']:>8.2f} "
-                      f"{row['offsets']:>10.2f} {row['index']:>8.2f} {row['p50']:>7.1f} {row['p99']:>7.1f}", flush=True)
-        finally:
-            stop.set()
-            reap(procs)
-        if len(rows) >= 2:
-            first, last = rows[0], rows[-1]
-            print("first vs last: " + ", ".join(f"{k} {first[k]:.1f} -> {last[k]:.1f}"
-                                                for k in ("rss", "fds", "state", "offsets", "index", "p99")))
+    res = run(args.minutes, args.rate, args.interval, dict(o.split("=", 1) for o in args.override))
+    rows = res["rows"]
+    if len(rows) >= 2:
+        first, last = rows[0], rows[-1]
+        print("first vs last: " + ", ".join(f"{k} {first[k]:.1f} -> {last[k]:.1f}"
+                                            for k in ("rss", "fds", "state", "offsets", "index", "p99")))
+    print(f"delivery p99: first minute {res['first_minute_p99_ms']:.1f} ms, last minute "
+          f"{res['last_minute_p99_ms']:.1f} ms ({res['delivered']:,} records delivered)")
 
 
 if __name__ == "__main__":
