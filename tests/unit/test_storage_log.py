@@ -576,6 +576,36 @@ def test_lookups_into_dropped_sealed_indexes_find_the_same_positions(tmp_path: P
     log.close()
 
 
+def test_a_sealed_index_file_damaged_after_sealing_is_read_back_as_its_valid_prefix(tmp_path: Path) -> None:
+    """An index file cut short or overwritten after its segment was sealed (not by the broker):
+    read back, only its valid leading entries are used (reads stay right, walking further), the
+    file is trimmed to them at the next flush, and a restart rebuilds the rest from the log."""
+    config = LogConfig(segment_bytes=3000, index_interval_bytes=150)
+    log = open_log(tmp_path / "t-0", config)
+    feed = Feed(log)
+    while len(log.segments) < 3:
+        feed.put(1, size=60)
+    seg = log.segments[0]
+    assert not seg.index_loaded
+    entries = index_file(seg.index_path)
+    assert len(entries) > 4
+    with open(seg.index_path, "r+b") as f:
+        f.truncate(3 * 8 + 5)  # three entries and part of a fourth
+    for offset in range(seg.base_offset, seg.next_offset):
+        before = [pos for rel, pos in entries[:3] if rel <= offset]
+        assert seg.lookup(offset) == (before[-1] if before else 0)
+    for offset in range(seg.base_offset, seg.next_offset):
+        assert decode(log.read(offset, 1).records)[0][0] == offset
+    assert any("changed since it was written" in d for d in seg.index_damage)
+    log.flush()
+    assert index_file(seg.index_path) == entries[:3]
+    log.close()
+    again = open_log(tmp_path / "t-0", config)
+    assert index_file(again.segments[0].index_path) == entries
+    assert decode(again.read(0, 10**6).records) == [(i, i) for i in range(feed.n)]
+    again.close()
+
+
 def test_a_sealed_segment_keeps_entries_it_could_not_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """If a segment's index entries cannot be written when it is sealed (a full disk), the roll
     goes on, the segment keeps them in memory (the index cache does not drop them) until a flush
