@@ -478,9 +478,8 @@ def test_retention_by_size(tmp_path: Path) -> None:
 
 
 def test_a_steady_stream_under_retention_holds_bounded_index_memory(tmp_path: Path) -> None:
-    """Every segment keeps its offset and time index in memory (up to 20 bytes per
-    index.interval.bytes of log), so under a steady stream the broker's memory is bounded by what
-    retention keeps: a deleted segment must take its indexes with it, nothing may hold on to it."""
+    """Under a steady stream with retention, a deleted segment must take its indexes with it
+    (from memory, and from the index cache if read back): nothing may hold on to it."""
     path = tmp_path / "t-0"
     config = LogConfig(segment_bytes=2000, index_interval_bytes=100, retention_bytes=6000, retention_ms=-1)
     log = open_log(path, config)
