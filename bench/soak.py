@@ -2,12 +2,14 @@
 rate into a 4-partition topic; a classic consumer group committing as it goes; two explicit-ack
 ShareConsumers that accept most records, release some (they come back) and reject a few. Every
 interval the broker's RSS, open descriptors, the size on disk of `__share_group_state` and
-`__consumer_offsets`, the size of all offset and time indexes (the broker holds them in memory as
-well: about 20 bytes per 4 KiB of log, until retention deletes their segment), and the producer's
-delivery latency in that interval are printed; at the end, the first sample beside the last.
+`__consumer_offsets`, the size of all offset and time index files (about 20 bytes per 4 KiB of
+log; the broker holds only the active segments' in memory, and sealed ones' read back for lookups
+within a fixed budget), and the producer's delivery latency in that interval are printed; at the
+end, the first sample beside the last.
 
-Without retention settings the log only grows, and the indexes (so RSS) with it; to see the steady
-state, bound the log: `-o log.segment.bytes=8388608 -o log.retention.bytes=33554432
+Without retention settings the log only grows, and the index files with it (not RSS); with the
+default 1 GiB segments nothing rolls in a short run, so `-o log.segment.bytes=8388608` makes
+sealed segments. To see a bounded disk as well: `-o log.retention.bytes=33554432
 -o log.retention.check.interval.ms=30000` (and the state topic's segments, see the README).
 
     python -m bench.soak [--minutes 30] [--rate 500] [--interval 60] [-o NAME=VALUE ...]"""
@@ -91,8 +93,8 @@ def dir_mb(data: Path, prefix: str) -> float:
 
 
 def index_mb(data: Path) -> float:
-    """The offset and time indexes of every partition: their files hold what the broker keeps in
-    memory (less the last few entries, written in groups)."""
+    """The offset and time index files of every partition (the active segments' entries are in
+    memory as well, less the last few written in groups)."""
     return sum(f.stat().st_size for pattern in ("*/*.index", "*/*.timeindex") for f in data.glob(pattern)) / 1e6
 
 

@@ -3,10 +3,11 @@
 A partition's `.log` descriptor is opened when a read, an append or recovery needs it and stays
 open while it is among the `capacity` most recently used; the least recently used one is closed
 to make room (its unsynced writes fsynced first, so a write-back error is seen by the descriptor
-that wrote). Index files are not kept open at all: their entries live in memory and are written in
-groups, each write opening the file for that write. So the broker holds at most `capacity`
-descriptors for its logs however many partitions it has, and the active segments of the
-partitions being written stay open.
+that wrote). Index files are not kept open at all: the active segments' entries live in memory and
+are written in groups, each write opening the file for that write; sealed segments' entries are
+read back when a lookup needs them, within the budget of `indexes` (see index_cache). So the
+broker holds at most `capacity` descriptors for its logs however many partitions it has, and the
+active segments of the partitions being written stay open.
 
 Kafka keeps every segment open (and its indexes mapped); that needs an open-file limit above three
 times the segment count, which a developer's shell does not have.
@@ -23,6 +24,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol, TypeVar
+
+from sharebroker.storage.index_cache import IndexCache
 
 try:
     import resource
@@ -55,10 +58,12 @@ def derived_capacity(limit: int | None = None) -> int:
 
 
 class FileCache:
-    """The open log descriptors of all segments, least recently used first."""
+    """The open log descriptors of all segments, least recently used first; and (`indexes`) the
+    sealed segments' index entries read back into memory."""
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(self, capacity: int | None = None, indexes: IndexCache | None = None) -> None:
         self.capacity = max(MIN_CAPACITY, derived_capacity() if capacity is None else capacity)
+        self.indexes = IndexCache() if indexes is None else indexes
         self._open: OrderedDict[CachedFile, None] = OrderedDict()
         self._owner = threading.get_ident()
         self.evictions = 0  # descriptors closed to make room

@@ -252,6 +252,7 @@ class PartitionLog:
             if not segments:
                 segments.append(LogSegment.create(path, max(log_start_offset, 0), now_ms, files))
                 dir_dirty = True
+            segments[-1].release_index()  # the active segment's arrays go if it has no entries
         except BaseException:
             for seg in segments:
                 seg.close_fds()
@@ -640,6 +641,8 @@ class PartitionLog:
             seg.max_timestamp = cleaned.max_timestamp
             seg.offset_of_max_timestamp = cleaned.offset_of_max_timestamp
             seg.has_txnindex = os.path.exists(stem + ".txnindex")
+            seg.sealed = True
+            seg.release_index()
             self._segments[i:i + len(olds)] = [seg]
             self._bases[i:i + len(olds)] = [seg.base_offset]
             self._dir_dirty = True
@@ -691,6 +694,8 @@ class PartitionLog:
                 segs = [s for s in self._segments if s.dirty or s.index_pending]
                 for s in segs:
                     s.sync_index_files()  # pending entries first; raises (nothing taken yet) if refused
+                    if s.sealed and s.index_loaded:
+                        s.release_index()  # its entries could not be written when it was sealed
                 synced: list[tuple[LogSegment, bool, bool]] = []
                 for s in segs:
                     s.index_error = None

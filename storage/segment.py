@@ -2,9 +2,12 @@
 (relative offset int32, position int32) and `.timeindex` (timestamp int64, relative offset int32),
 and `.txnindex` once a transaction aborted in it (see txn_index).
 
-Indexes are kept in memory as arrays for bisect and written to their files in groups (append-only,
-never preallocated), each write opening the file for that write; the `.log` descriptor comes from
-the FileCache, which keeps only a budget of them open (see file_cache). An offset-index entry maps the *last* offset of a batch to the
+The active segment keeps its indexes in memory as arrays for bisect and writes them to their files
+in groups (append-only, never preallocated), each write opening the file for that write. Once
+sealed and its entries all written, a segment drops its arrays and reads them back from the files
+when a lookup needs them, within a broker-wide budget (see index_cache), so memory does not grow
+with the log kept. The `.log` descriptor comes from the FileCache, which keeps only a budget of
+them open (see file_cache). An offset-index entry maps the *last* offset of a batch to the
 position where that batch starts, as Kafka does, and is added for a batch when more than
 index.interval.bytes lie between the previous entry's batch and this one. That rule depends only
 on positions, so a rebuilt index comes out identical to the one written by appends. A time-index
@@ -56,6 +59,11 @@ _VERIFY_CHUNK = 4 << 20  # CRC recovery reads this much at a time
 _INDEX_WRITE_BATCH = 256
 _IDX = struct.Struct(">ii")
 _TIDX = struct.Struct(">qi")
+_TIDX_CHUNK = 1024  # time-index entries decoded per unpack: bounds the temporary ints
+_TIDX_BLOCK = struct.Struct(">" + "qi" * _TIDX_CHUNK)
+
+OffsetEntries = tuple["array[int]", "array[int]"]  # relative offsets, positions
+TimeEntries = tuple["array[int]", "array[int]"]  # timestamps, relative offsets
 
 Walked = tuple[int, int, int, int, int, int]  # position, base offset, size, last offset, max ts, attributes
 
@@ -167,6 +175,31 @@ def verify_batches(fd: int, start: int, end: int) -> Iterator[BatchHeader]:
         pos += off
 
 
+def _decode_offset_index(data: bytes) -> OffsetEntries:
+    raw = array("i")
+    raw.frombytes(data)
+    if _SWAP:
+        raw.byteswap()
+    return raw[0::2], raw[1::2]
+
+
+def _decode_time_index(data: bytes) -> TimeEntries:
+    """Timestamps and relative offsets of whole 12-byte entries (a partial last one is ignored)."""
+    ts: array[int] = array("q")
+    rel: array[int] = array("i")
+    n = len(data) // TIME_INDEX_ENTRY
+    whole = n - n % _TIDX_CHUNK
+    for at in range(0, whole * TIME_INDEX_ENTRY, _TIDX_BLOCK.size):
+        values = _TIDX_BLOCK.unpack_from(data, at)
+        ts.extend(values[0::2])
+        rel.extend(values[1::2])
+    if n > whole:
+        values = struct.unpack_from(">" + "qi" * (n - whole), data, whole * TIME_INDEX_ENTRY)
+        ts.extend(values[0::2])
+        rel.extend(values[1::2])
+    return ts, rel
+
+
 def _strictly_increasing(values: Sequence[int]) -> bool:
     lst = list(values)
     return lst == sorted(lst) and len(set(lst)) == len(lst)
@@ -194,7 +227,7 @@ class LogSegment:
     __slots__ = (
         "base_offset", "directory", "_stem", "files", "_fd", "size", "next_offset",
         "max_timestamp", "offset_of_max_timestamp", "created_ms", "rolling_base_ts",
-        "_idx_rel", "_idx_pos", "_tidx_ts", "_tidx_rel", "_idx_synced", "_tidx_synced",
+        "_offsets", "_times", "sealed", "_idx_synced", "_tidx_synced",
         "_idx_file_entries", "_tidx_file_entries",
         "dirty", "log_unsynced", "index_unsynced", "sync_error", "closed", "index_damage", "time_index_damaged",
         "index_error", "untruncated", "txn_dirty", "has_txnindex", "_hint_offset", "_hint_pos",
@@ -214,10 +247,12 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.rolling_base_ts = -1  # max timestamp of the first batch, for segment.ms
-        self._idx_rel = array("i")
-        self._idx_pos = array("i")
-        self._tidx_ts = array("q")
-        self._tidx_rel = array("i")
+        # The index entries in memory, each pair replaced whole (never emptied in place): a reader
+        # holding one keeps a consistent copy if the index cache drops it meanwhile. None: the
+        # file holds them all (the first `_idx_synced` / `_tidx_synced`), read back on demand.
+        self._offsets: OffsetEntries | None = None
+        self._times: TimeEntries | None = None
+        self.sealed = False  # no longer the active segment: its entries may be dropped
         self._idx_synced = 0  # leading in-memory entries known to be in the file
         self._tidx_synced = 0
         self._idx_file_entries = 0  # entries the file holds (-1: unknown, truncate before appending)
@@ -263,25 +298,126 @@ class LogSegment:
     @property
     def index_pending(self) -> bool:
         """In-memory index entries not yet written to the files."""
-        return (self._idx_synced != len(self._idx_pos) or self._idx_file_entries != self._idx_synced
-                or self._tidx_synced != len(self._tidx_ts) or self._tidx_file_entries != self._tidx_synced)
+        offsets, times = self._offsets, self._times
+        return ((offsets is not None and (self._idx_synced != len(offsets[0])
+                                          or self._idx_file_entries != self._idx_synced))
+                or (times is not None and (self._tidx_synced != len(times[0])
+                                           or self._tidx_file_entries != self._tidx_synced)))
 
     @property
     def index_entries(self) -> int:
-        return len(self._idx_rel)
+        offsets = self._offsets
+        return self._idx_synced if offsets is None else len(offsets[0])
 
     @property
     def time_index_entries(self) -> int:
-        return len(self._tidx_ts)
+        times = self._times
+        return self._tidx_synced if times is None else len(times[0])
+
+    @property
+    def index_loaded(self) -> bool:
+        """Whether any index entries are held in memory (for tests and tools)."""
+        return self._offsets is not None or self._times is not None
 
     def index_list(self) -> list[tuple[int, int]]:
         """(absolute offset, position) of each offset-index entry (for tests and tools)."""
         b = self.base_offset
-        return [(b + r, p) for r, p in zip(self._idx_rel, self._idx_pos)]
+        rel, pos = self._offset_entries() or ((), ())
+        return [(b + r, p) for r, p in zip(rel, pos)]
 
     def time_index_list(self) -> list[tuple[int, int]]:
         b = self.base_offset
-        return [(t, b + r) for t, r in zip(self._tidx_ts, self._tidx_rel)]
+        ts, rel = self._time_entries() or ((), ())
+        return [(t, b + r) for t, r in zip(ts, rel)]
+
+    # -- entries in memory ----------------------------------------------------------------------
+
+    def _offset_entries(self) -> OffsetEntries | None:
+        """The offset index for a lookup: read back from the file if dropped; None if empty."""
+        offsets = self._offsets
+        if offsets is not None:
+            if self.sealed:
+                self.files.indexes.touch(self)
+            return offsets
+        n = self._idx_synced
+        if not n:
+            return None
+        data = self._read_index(self._stem + ".index")
+        if data is not None and len(data) == n * INDEX_ENTRY:
+            offsets = _decode_offset_index(data)
+        else:
+            # The file changed under us: keep its valid prefix, as a start-up would.
+            self._load_offset_index(data or b"", f"{self.index_path.name} changed since it was written")
+            offsets = self._offsets
+            assert offsets is not None
+        self._offsets = offsets
+        self._held(len(offsets[0]) * INDEX_ENTRY)
+        return offsets
+
+    def _time_entries(self) -> TimeEntries | None:
+        """The time index for a lookup: read back from the file if dropped; None if empty."""
+        times = self._times
+        if times is not None:
+            if self.sealed:
+                self.files.indexes.touch(self)
+            return times
+        n = self._tidx_synced
+        if not n:
+            return None
+        data = self._read_index(self._stem + ".timeindex")
+        if data is not None and len(data) == n * TIME_INDEX_ENTRY:
+            times = _decode_time_index(data)
+        else:
+            self._load_time_index(data or b"", f"{self.timeindex_path.name} changed since it was written")
+            times = self._times
+            assert times is not None
+        self._times = times
+        self._held(len(times[0]) * TIME_INDEX_ENTRY)
+        return times
+
+    def _writable_offsets(self) -> OffsetEntries:
+        offsets = self._offsets
+        if offsets is None:
+            offsets = self._offset_entries() or (array("i"), array("i"))
+            self._offsets = offsets
+        return offsets
+
+    def _writable_times(self) -> TimeEntries:
+        times = self._times
+        if times is None:
+            times = self._time_entries() or (array("q"), array("i"))
+            self._times = times
+        return times
+
+    def _held(self, nbytes: int) -> None:
+        """Entries of a sealed segment were read back (or cannot be written yet): the index
+        cache accounts for them and drops the least recently used over its budget."""
+        if self.sealed and not self.closed:
+            self.files.indexes.loaded(self, nbytes)
+
+    def _drop_index(self) -> bool:
+        """The index cache makes room: drop the in-memory entries if the files hold them all."""
+        if self.index_pending:
+            return False
+        self._offsets = self._times = None
+        return True
+
+    def release_index(self) -> None:
+        """Drop the in-memory entries if the segment is sealed (or has none) and its files hold
+        them all; written first if they are not yet. If that write fails, the entries stay (the
+        next flush retries it) and the index cache drops them once written."""
+        if not (self.sealed or (not self.index_entries and not self.time_index_entries)):
+            return
+        if self.index_pending:
+            try:
+                self.sync_index_files()
+                self.index_error = None
+            except OSError as exc:
+                self.index_error = exc
+                self._held(self.index_entries * INDEX_ENTRY + self.time_index_entries * TIME_INDEX_ENTRY)
+                return
+        self._offsets = self._times = None
+        self.files.indexes.forget(self)
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -374,16 +510,16 @@ class LogSegment:
         finally:
             os.close(fd)
 
-    def _load_offset_index(self, data: bytes) -> None:
+    def _load_offset_index(self, data: bytes, changed: str | None = None) -> None:
+        """Load and check an offset index file's bytes (at open; later only if `changed`, what
+        differs from what was written), keeping the valid leading entries."""
+        if changed is not None:
+            self.index_damage.append(changed)
         size = len(data)
         usable = size - size % INDEX_ENTRY
         if usable != size:
             self.index_damage.append(f"{self.index_path.name} size {size} is not a multiple of {INDEX_ENTRY}")
-        raw = array("i")
-        raw.frombytes(data[:usable])
-        if _SWAP:
-            raw.byteswap()
-        rel, pos = raw[0::2], raw[1::2]
+        rel, pos = _decode_offset_index(data[:usable])
         total = len(rel)
         if total and (min(rel) < 0 or min(pos) < 0 or max(pos) >= self.size
                       or not _strictly_increasing(rel) or not _strictly_increasing(pos)):
@@ -401,42 +537,51 @@ class LogSegment:
             if not ok:
                 self.index_damage.append(f"{self.index_path.name}: first entry does not match the log")
                 del rel[:], pos[:]
-        self._idx_rel, self._idx_pos = rel, pos
+        self._offsets = (rel, pos)
         # The kept entries are a prefix of the file; sync_index_files trims the rest.
         self._idx_synced = len(rel)
         self._idx_file_entries = size // INDEX_ENTRY if usable == size else -1
 
-    def _load_time_index(self, data: bytes) -> None:
+    def _load_time_index(self, data: bytes, changed: str | None = None) -> None:
+        if changed is not None:
+            self.index_damage.append(changed)
+            self.time_index_damaged = True
         size = len(data)
         usable = size - size % TIME_INDEX_ENTRY
         if usable != size:
             self.index_damage.append(f"{self.timeindex_path.name} size {size} is not a multiple of "
                                      f"{TIME_INDEX_ENTRY}")
             self.time_index_damaged = True
-        entries = list(_TIDX.iter_unpack(data[:usable]))
-        ts = array("q", [e[0] for e in entries])
-        rel = array("i", [e[1] for e in entries])
+        ts, rel = _decode_time_index(data)
         total = len(ts)
         if total and (min(rel) < 0 or not _strictly_increasing(ts) or list(rel) != sorted(rel)):
             keep = _valid_prefix(ts, rel, True, False, -(1 << 63), 0, _INT32_MAX)
             self.index_damage.append(f"{self.timeindex_path.name}: entry {keep} of {total} is out of order")
             self.time_index_damaged = True
             del ts[keep:], rel[keep:]
-        self._tidx_ts, self._tidx_rel = ts, rel
+        self._times = (ts, rel)
         self._tidx_synced = len(ts)
         self._tidx_file_entries = size // TIME_INDEX_ENTRY if usable == size else -1
 
     def time_index_consistent(self) -> bool:
         """Time entries must name offsets inside the segment (checked once next_offset is known)."""
-        return not self._tidx_rel or self.base_offset + self._tidx_rel[-1] < self.next_offset
+        times = self._time_entries()
+        return times is None or not times[1] or self.base_offset + times[1][-1] < self.next_offset
 
     # -- lookups --------------------------------------------------------------------------------
 
     def lookup(self, offset: int) -> int:
         """Position of a batch at or before the one holding `offset` (0 if none is indexed)."""
-        i = bisect_right(self._idx_rel, offset - self.base_offset) - 1
-        pos = self._idx_pos[i] if i >= 0 else 0
-        if 0 <= self._hint_offset <= offset and self._hint_pos > pos:
+        hint_offset = self._hint_offset
+        if hint_offset == offset:
+            return self._hint_pos  # the batch holding `offset` starts there: no index needed
+        offsets = self._offset_entries()
+        pos = 0
+        if offsets is not None:
+            i = bisect_right(offsets[0], offset - self.base_offset) - 1
+            if i >= 0:
+                pos = offsets[1][i]
+        if 0 <= hint_offset <= offset and self._hint_pos > pos:
             return self._hint_pos
         return pos
 
@@ -448,8 +593,9 @@ class LogSegment:
 
     def time_lookup(self, timestamp: int, min_offset: int) -> int:
         """Position from which to scan for the first batch with max timestamp >= `timestamp`."""
-        j = bisect_right(self._tidx_ts, timestamp) - 1
-        off = self.base_offset + self._tidx_rel[j] if j >= 0 else self.base_offset
+        times = self._time_entries()
+        j = bisect_right(times[0], timestamp) - 1 if times is not None else -1
+        off = self.base_offset + times[1][j] if times is not None and j >= 0 else self.base_offset
         return self.lookup(max(off, min_offset))
 
     def walk(self, start: int) -> Iterator[Walked]:
@@ -457,11 +603,12 @@ class LogSegment:
 
     @property
     def last_index_position(self) -> int:
-        return self._idx_pos[-1] if len(self._idx_pos) else 0
+        offsets = self._offset_entries()
+        return offsets[1][-1] if offsets is not None and offsets[1] else 0
 
     def index_full(self, config: LogConfig) -> bool:
         cap = config.segment_index_bytes
-        return len(self._idx_pos) >= cap // INDEX_ENTRY or len(self._tidx_ts) >= cap // TIME_INDEX_ENTRY
+        return self.index_entries >= cap // INDEX_ENTRY or self.time_index_entries >= cap // TIME_INDEX_ENTRY
 
     # -- appending ------------------------------------------------------------------------------
 
@@ -486,8 +633,12 @@ class LogSegment:
         if start == 0:
             self.rolling_base_ts = headers[0].max_timestamp
         base = self.base_offset
-        idx_pos = self._idx_pos
-        last_entry = idx_pos[-1] if idx_pos else 0
+        # A segment without entries has no arrays until its first (a broker may hold 100,000
+        # partitions of a few records).
+        offsets = self._offsets
+        if offsets is None and self._idx_synced:
+            offsets = self._writable_offsets()
+        last_entry = offsets[1][-1] if offsets is not None and offsets[1] else 0
         interval = config.index_interval_bytes
         max_ts = self.max_timestamp
         pos = start
@@ -497,19 +648,20 @@ class LogSegment:
             if mts > max_ts:
                 max_ts = self.max_timestamp = mts
                 self.offset_of_max_timestamp = h.base_offset if h.attributes & TIMESTAMP_TYPE_BIT else h.last_offset
-            if pos - last_entry > interval and len(idx_pos) < config.segment_index_bytes // INDEX_ENTRY:
-                self._idx_rel.append(h.last_offset - base)
-                idx_pos.append(pos)
+            if pos - last_entry > interval and self.index_entries < config.segment_index_bytes // INDEX_ENTRY:
+                offsets = self._writable_offsets()
+                offsets[0].append(h.last_offset - base)
+                offsets[1].append(pos)
                 last_entry = pos
                 added = True
-                tidx_ts = self._tidx_ts
+                tidx_ts, tidx_rel = self._writable_times()
                 if (not tidx_ts or max_ts > tidx_ts[-1]) and len(tidx_ts) < config.max_time_index_entries:
                     tidx_ts.append(max_ts)
-                    self._tidx_rel.append(self.offset_of_max_timestamp - base)
+                    tidx_rel.append(self.offset_of_max_timestamp - base)
             pos += h.size
         self.size = pos
         self.next_offset = headers[-1].last_offset + 1
-        if added and (len(idx_pos) - self._idx_synced >= _INDEX_WRITE_BATCH or self.index_error is not None):
+        if added and (self.index_entries - self._idx_synced >= _INDEX_WRITE_BATCH or self.index_error is not None):
             try:
                 self.sync_index_files()
                 self.index_error = None
@@ -519,21 +671,31 @@ class LogSegment:
 
     def seal(self) -> None:
         """The segment stops being active: record its largest timestamp in the time index even
-        off the index interval (Kafka does this on roll), so it survives a restart exactly."""
-        if self.max_timestamp >= 0 and (not self._tidx_ts or self.max_timestamp > self._tidx_ts[-1]):
-            self._tidx_ts.append(self.max_timestamp)
-            self._tidx_rel.append(self.offset_of_max_timestamp - self.base_offset)
-            self.sync_index_files()
+        off the index interval (Kafka does this on roll), so it survives a restart exactly; then
+        write what is pending and drop the in-memory entries (see release_index: if the write
+        fails, the roll goes on and the next flush retries it, as for an append's entries)."""
+        times = self._writable_times() if self.max_timestamp >= 0 else None
+        if times is not None and (not times[0] or self.max_timestamp > times[0][-1]):
+            times[0].append(self.max_timestamp)
+            times[1].append(self.offset_of_max_timestamp - self.base_offset)
             self.dirty = True
+        self.sealed = True
+        self.release_index()
 
     def sync_index_files(self) -> None:
         """Make both index files equal the in-memory entries: append what is missing, and first
         truncate whatever in the file diverged (only after a load, a rebuild or a failed write)."""
-        idx_rel, idx_pos, tidx_ts, tidx_rel = self._idx_rel, self._idx_pos, self._tidx_ts, self._tidx_rel
-        self._sync_index_file(".index", INDEX_ENTRY, len(idx_rel), "_idx_synced", "_idx_file_entries",
-                              lambda out, at, i: _IDX.pack_into(out, at, idx_rel[i], idx_pos[i]))
-        self._sync_index_file(".timeindex", TIME_INDEX_ENTRY, len(tidx_ts), "_tidx_synced", "_tidx_file_entries",
-                              lambda out, at, i: _TIDX.pack_into(out, at, tidx_ts[i], tidx_rel[i]))
+        # Entries not in memory are all in their file: nothing to write for them.
+        offsets, times = self._offsets, self._times
+        if offsets is not None:
+            idx_rel, idx_pos = offsets
+            self._sync_index_file(".index", INDEX_ENTRY, len(idx_rel), "_idx_synced", "_idx_file_entries",
+                                  lambda out, at, i: _IDX.pack_into(out, at, idx_rel[i], idx_pos[i]))
+        if times is not None:
+            tidx_ts, tidx_rel = times
+            self._sync_index_file(".timeindex", TIME_INDEX_ENTRY, len(tidx_ts), "_tidx_synced",
+                                  "_tidx_file_entries",
+                                  lambda out, at, i: _TIDX.pack_into(out, at, tidx_ts[i], tidx_rel[i]))
 
     def _sync_index_file(self, suffix: str, entry_size: int, n: int, synced_attr: str, entries_attr: str,
                          pack: Callable[[bytearray, int, int], None]) -> None:
@@ -587,27 +749,29 @@ class LogSegment:
         keep_time_index (a clean tail check that must not disturb a sealed segment's last entry)."""
         base = self.base_offset
         self._hint_offset, self._hint_pos = -1, 0  # the file may be cut below
-        k = bisect_right(self._idx_pos, walk_from)
-        if k and self._idx_pos[k - 1] != walk_from:
-            walk_from = self._idx_pos[k - 1]
-        del self._idx_rel[k:], self._idx_pos[k:]
+        # Only at open, before the segment is sealed: its arrays are edited in place.
+        idx_rel, idx_pos = self._writable_offsets()
+        tidx_ts, tidx_rel = self._writable_times()
+        k = bisect_right(idx_pos, walk_from)
+        if k and idx_pos[k - 1] != walk_from:
+            walk_from = idx_pos[k - 1]
+        del idx_rel[k:], idx_pos[k:]
         self._idx_synced = min(self._idx_synced, k)
-        check_last = base + self._idx_rel[k - 1] if k else None
+        check_last = base + idx_rel[k - 1] if k else None
         if not keep_time_index:
-            kt = bisect_right(self._tidx_rel, self._idx_rel[k - 1]) if k else 0
-            del self._tidx_ts[kt:], self._tidx_rel[kt:]
+            kt = bisect_right(tidx_rel, idx_rel[k - 1]) if k else 0
+            del tidx_ts[kt:], tidx_rel[kt:]
             self._tidx_synced = min(self._tidx_synced, kt)
-        if len(self._tidx_ts):
-            max_ts = self._tidx_ts[-1]
-            off_max = base + self._tidx_rel[-1]
+        if len(tidx_ts):
+            max_ts = tidx_ts[-1]
+            off_max = base + tidx_rel[-1]
         else:
             max_ts = off_max = -1
         if walk_from == 0:
             max_ts = off_max = -1
             if not keep_time_index:
-                del self._tidx_ts[:], self._tidx_rel[:]
+                del tidx_ts[:], tidx_rel[:]
                 self._tidx_synced = 0
-        idx_rel, idx_pos, tidx_ts, tidx_rel = self._idx_rel, self._idx_pos, self._tidx_ts, self._tidx_rel
         last_entry = idx_pos[-1] if len(idx_pos) else 0
         interval = config.index_interval_bytes
         cap_i = config.max_index_entries
@@ -621,7 +785,7 @@ class LogSegment:
                     # The index disagrees with the log: forget it and rebuild from the start.
                     self.index_damage.append(f"{self.index_path.name}: entry at position {walk_from} names offset "
                                              f"{check_last}, the batch there ends at {last}")
-                    del self._idx_rel[:], self._idx_pos[:]
+                    del idx_rel[:], idx_pos[:]
                     self._idx_synced = 0
                     return self.scan(0, config, crc_from=crc_from if crc_from is None else min(crc_from, walk_from))
                 if b < expected:
@@ -705,6 +869,8 @@ class LogSegment:
         if self.closed:
             return
         self.closed = True
+        if self.sealed:
+            self.files.indexes.forget(self)
         if self._fd >= 0:
             self.files.forget(self)
             os.close(self._fd)

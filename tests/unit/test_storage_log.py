@@ -6,6 +6,7 @@ import gc
 import os
 import struct
 import threading
+from array import array
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from kio.records.readers import read_batch
 
 from sharebroker.protocol.record_batch import encode_batch, parse_batches
 from sharebroker.storage import LogConfig, OffsetOutOfRange, PartitionLog
+from sharebroker.storage import segment as segment_module
+from sharebroker.storage.file_cache import FileCache
+from sharebroker.storage.index_cache import IndexCache
 from sharebroker.storage.partition_log import LogClosedError
 from sharebroker.storage.segment import LogSegment
 
@@ -474,9 +478,8 @@ def test_retention_by_size(tmp_path: Path) -> None:
 
 
 def test_a_steady_stream_under_retention_holds_bounded_index_memory(tmp_path: Path) -> None:
-    """Every segment keeps its offset and time index in memory (up to 20 bytes per
-    index.interval.bytes of log), so under a steady stream the broker's memory is bounded by what
-    retention keeps: a deleted segment must take its indexes with it, nothing may hold on to it."""
+    """Under a steady stream with retention, a deleted segment must take its indexes with it
+    (from memory, and from the index cache if read back): nothing may hold on to it."""
     path = tmp_path / "t-0"
     config = LogConfig(segment_bytes=2000, index_interval_bytes=100, retention_bytes=6000, retention_ms=-1)
     log = open_log(path, config)
@@ -494,6 +497,150 @@ def test_a_steady_stream_under_retention_holds_bounded_index_memory(tmp_path: Pa
         assert entries <= 2 * (config.retention_bytes + 2 * config.segment_bytes) // config.index_interval_bytes
         del alive
     assert deleted > 50 and log.log_start_offset > 0
+    log.close()
+
+
+def index_bytes_in_memory(log: PartitionLog) -> int:
+    """Bytes of index entries the log's segments hold in memory: the arrays they refer to
+    (directly or in a tuple), whatever attributes hold them."""
+    total = 0
+    for seg in log.segments:
+        for ref in gc.get_referents(seg):
+            for arr in (ref if isinstance(ref, tuple) else (ref,)):
+                if isinstance(arr, array):
+                    total += arr.itemsize * len(arr)
+    return total
+
+
+def test_index_memory_does_not_grow_with_the_log_kept(tmp_path: Path) -> None:
+    """Without retention the log only grows; the indexes in memory must not: a sealed segment
+    drops its entries once they are in its files, and those read back for lookups stay within
+    the index cache's budget (issue 24)."""
+    budget = 2000
+    files = FileCache(indexes=IndexCache(budget=budget))
+    config = LogConfig(segment_bytes=2000, index_interval_bytes=100, retention_bytes=-1, retention_ms=-1)
+    log = open_log(tmp_path / "t-0", config, files=files)
+    feed = Feed(log)
+    # The active segment's entries (20 bytes each at most) plus the budget, however many segments.
+    bound = 20 * (config.segment_bytes // config.index_interval_bytes + 1) + budget
+    for _ in range(40):
+        for _ in range(20):
+            feed.put(1, size=100)
+        assert index_bytes_in_memory(log) <= bound
+        # Reads and time lookups all over the old segments read their indexes back.
+        for offset in range(0, feed.n, 7):
+            assert decode(log.read(offset, 1).records)[0][0] == offset
+            assert log.offset_for_timestamp(NOW + offset) == (offset, NOW + offset)
+        assert index_bytes_in_memory(log) <= bound
+    assert len(log.segments) > 50
+    on_disk = sum((s.index_entries * 8 + s.time_index_entries * 12) for s in log.segments)
+    assert on_disk > 5 * bound  # what the old code held
+    assert files.indexes.evictions > 0 and files.indexes.used <= budget
+    log.close()
+
+
+def test_lookups_into_dropped_sealed_indexes_find_the_same_positions(tmp_path: Path) -> None:
+    """A sealed segment's lookups after its entries were dropped and read back (again and again,
+    the budget holding one segment's) land where the entries in its files say, by offset and by
+    timestamp; reads and ListOffsets answers are those of a full walk."""
+    files = FileCache(indexes=IndexCache(budget=1))
+    log = open_log(tmp_path / "t-0", LogConfig(segment_bytes=3000, index_interval_bytes=150), files=files)
+    feed = Feed(log)
+    bases = []
+    for i in range(200):
+        bases.append(feed.n)
+        feed.put(1 + i % 3, size=30 + i % 40)
+    sealed = log.segments[:-1]
+    assert len(sealed) > 10
+    assert not any(s.index_loaded for s in sealed)
+    for seg in sealed:
+        stem = log.path / f"{seg.base_offset:020d}"
+        entries = [(seg.base_offset + rel, pos) for rel, pos in index_file(stem.with_suffix(".index"))]
+        times = [(ts, seg.base_offset + rel) for ts, rel in time_index_file(stem.with_suffix(".timeindex"))]
+        assert entries and times
+        for offset in range(seg.base_offset, seg.next_offset):
+            before = [pos for last, pos in entries if last <= offset]
+            assert seg.lookup(offset) == (before[-1] if before else 0)
+        for ts in range(NOW + seg.base_offset - 1, NOW + seg.next_offset + 1):
+            before = [off for t, off in times if t <= ts]
+            start = before[-1] if before else seg.base_offset
+            assert seg.time_lookup(ts, 0) == seg.lookup(start)
+        assert seg.index_list() == entries and seg.time_index_list() == times
+    assert files.indexes.evictions >= len(sealed) - 1
+    for offset in range(0, feed.n, 5):
+        holder = max(b for b in bases if b <= offset)  # a batch's records share its timestamp
+        assert decode(log.read(offset, 1).records)[0][0] == holder
+        after = min(b for b in bases + [feed.n] if b >= offset)
+        assert log.offset_for_timestamp(NOW + offset) == ((after, NOW + after) if after < feed.n else None)
+    log.close()
+
+
+def test_a_sealed_index_file_damaged_after_sealing_is_read_back_as_its_valid_prefix(tmp_path: Path) -> None:
+    """An index file cut short or overwritten after its segment was sealed (not by the broker):
+    read back, only its valid leading entries are used (reads stay right, walking further), the
+    file is trimmed to them at the next flush, and a restart rebuilds the rest from the log."""
+    config = LogConfig(segment_bytes=3000, index_interval_bytes=150)
+    log = open_log(tmp_path / "t-0", config)
+    feed = Feed(log)
+    while len(log.segments) < 3:
+        feed.put(1, size=60)
+    seg = log.segments[0]
+    assert not seg.index_loaded
+    entries = index_file(seg.index_path)
+    assert len(entries) > 4
+    with open(seg.index_path, "r+b") as f:
+        f.truncate(3 * 8 + 5)  # three entries and part of a fourth
+    for offset in range(seg.base_offset, seg.next_offset):
+        before = [pos for rel, pos in entries[:3] if rel <= offset]
+        assert seg.lookup(offset) == (before[-1] if before else 0)
+    for offset in range(seg.base_offset, seg.next_offset):
+        assert decode(log.read(offset, 1).records)[0][0] == offset
+    assert any("changed since it was written" in d for d in seg.index_damage)
+    log.flush()
+    assert index_file(seg.index_path) == entries[:3]
+    log.close()
+    again = open_log(tmp_path / "t-0", config)
+    assert index_file(again.segments[0].index_path) == entries
+    assert decode(again.read(0, 10**6).records) == [(i, i) for i in range(feed.n)]
+    again.close()
+
+
+def test_a_sealed_segment_keeps_entries_it_could_not_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If a segment's index entries cannot be written when it is sealed (a full disk), the roll
+    goes on, the segment keeps them in memory (the index cache does not drop them) until a flush
+    writes them; then they may go, and lookups find the same positions throughout."""
+    files = FileCache(indexes=IndexCache(budget=1))
+    log = open_log(tmp_path / "t-0", LogConfig(segment_bytes=3000, index_interval_bytes=150), files=files)
+    feed = Feed(log)
+    while len(log.segments) < 3:
+        feed.put(1, size=60)
+    real_write_all = segment_module.write_all
+
+    def failing_write_all(fd: int, data) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(("index", "timeindex")):
+            raise OSError(28, "No space left on device")
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(segment_module, "write_all", failing_write_all)
+    victim = log.segments[-1]
+    while len(log.segments) < 4:
+        feed.put(1, size=60)
+    assert victim.sealed and victim.index_loaded and victim.index_pending
+    expected = victim.index_list()
+    assert len(expected) > len(index_file(victim.index_path))
+    log.segments[0].lookup(1)  # reads another segment's index back: over budget, victim is kept
+    assert victim.index_loaded and victim.index_list() == expected
+    with pytest.raises(OSError):
+        log.flush()
+    monkeypatch.setattr(segment_module, "write_all", real_write_all)
+    log.flush()
+    assert not victim.index_pending and index_file(victim.index_path) == [
+        (o - victim.base_offset, p) for o, p in expected]
+    log.segments[0].lookup(1)
+    assert not victim.index_loaded
+    assert victim.index_list() == expected
+    for offset in range(feed.n):
+        assert decode(log.read(offset, 1).records)[0][0] == offset
     log.close()
 
 
