@@ -114,6 +114,12 @@ def _count_rows(w: dict[str, Any], add: Any) -> None:
             target, ok = ">=200k/s", s["median"] >= 200_000
         add(f"w7 job queue, {r['consumers']} consumer(s), max.poll.records={r['max_poll_records']}", s, "rec/s",
             f"{s['median'] / mock['median']:.2f}x mock ({mock['median']:,.0f})", target, ok)
+    lat = w.get("w7_job_latency")
+    if lat:
+        ours, mock = lat["sharebroker"]["p99_ms"], lat.get("mock", {}).get("p99_ms")
+        add(f"w7 job queue at {lat['rate']:,} jobs/s: produce-to-acknowledged p50", lat["sharebroker"]["p50_ms"], "ms")
+        add(f"w7 job queue at {lat['rate']:,} jobs/s: produce-to-acknowledged p99", ours, "ms",
+            f"mock {mock['median']:.1f} ms" if mock else "", "<10 ms", ours["median"] < 10)
     for n, r in w.get("w8_members", {}).items():
         add(f"w8 share group of {int(n):,} members: settled after the join storm", r["settled_s"], "s")
         if "after_storm_s" in r:  # from the last join's answer: one heartbeat interval is the floor

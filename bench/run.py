@@ -401,6 +401,14 @@ def w7_jobs(scale: dict, runs: int) -> dict[str, Any]:
     return out
 
 
+def w7_job_latency(scale: dict, runs: int) -> dict[str, Any]:
+    """The job queue's produce-to-acknowledged latency at 5,000 jobs/s (bench.job_latency: one
+    job per record, 4 explicit-ack ShareConsumers, commit_sync after each poll), the mock beside."""
+    from bench import job_latency
+
+    return job_latency.run(5000, scale["live_seconds"], 4, 100, runs)
+
+
 def w8_members(scale: dict, runs: int) -> dict[str, Any]:
     """One share group of N members (raw heartbeats): settle time after a join storm, steady
     heartbeat latency and CPU per heartbeat."""
@@ -543,6 +551,7 @@ WORKLOADS: dict[str, Callable[[dict, int], dict[str, Any]]] = {
     "w4_classic": w4_classic,
     "w6_startup": w6_startup,
     "w7_jobs": w7_jobs,
+    "w7_job_latency": w7_job_latency,
     "w8_members": w8_members,
     "w9_groups": w9_groups,
     "w10_connections": w10_connections,
