@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.clock import ExpiryHold
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import consumer_records as rec
 from sharebroker.broker.groups.assignment_timers import AssignmentTimers
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.groups")
 
-_SWEEP_INTERVAL_S = 0.1
+_SWEEP_INTERVAL_MS = 100
 Record = tuple[bytes, bytes | None]
 
 
@@ -413,8 +414,12 @@ class ConsumerGroupCoordinator:
     # -- timers and topic changes ----------------------------------------------------------------
 
     async def _sweep_forever(self) -> None:
+        hold = ExpiryHold()
         while True:
-            await asyncio.sleep(_SWEEP_INTERVAL_S)
+            due = self.clock.monotonic_ms() + _SWEEP_INTERVAL_MS
+            await asyncio.sleep(_SWEEP_INTERVAL_MS / 1000)
+            if hold.holds(due, self.clock.monotonic_ms()):
+                continue  # after a stall, serve the heartbeats that arrived meanwhile first
             try:
                 await self.sweep()
             except Exception:
