@@ -401,6 +401,7 @@ class ConsumerGroupCoordinator:
         elif hb.member_epoch < 0:
             log.info("consumer group member left", group=group_id, member=hb.member_id, epoch=hb.member_epoch)
         await self.persist(group, first)
+        self._restart_session(group, reply.member_id, settings.session_timeout_ms)
         self._settle_target(group)
         assignment = None
         if reply.assignment is not None:
@@ -410,6 +411,13 @@ class ConsumerGroupCoordinator:
         interval = 0 if hb.member_epoch < 0 else self.heartbeat_interval_ms(group_id)
         return {"member_id": reply.member_id, "member_epoch": reply.member_epoch, "heartbeat_interval": interval,
                 "assignment": assignment}
+
+    def _restart_session(self, group: ConsumerGroup, member_id: str, session_timeout_ms: int) -> None:
+        """The session runs from the answer: the group's write (the first one creates
+        `__consumer_offsets`) may have held the request past the deadline it set."""
+        member = group.members.get(member_id)
+        if member is not None and self.groups.get(group.group_id) is group:
+            member.session_deadline_ms = self.clock.monotonic_ms() + session_timeout_ms
 
     # -- timers and topic changes ----------------------------------------------------------------
 
@@ -659,6 +667,7 @@ class ConsumerGroupCoordinator:
                                            or group.assignment_pending())
         else:
             await self.persist(group)
+            self._restart_session(group, member.member_id, req.session_timeout_ms)
             self._settle_target(group)
         assert member.classic is not None
         return JoinResult(ErrorCode.none, member.member_id, member.epoch, CONSUMER_PROTOCOL_TYPE,

@@ -400,6 +400,10 @@ class ShareGroupCoordinator:
             assignment = [(tid, sorted(ps)) for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]
         if self._unwritten(group):
             await self.persist(group)
+        if group.members.get(member_id) is member:
+            # The session runs from the answer: initializing share partitions or the first write
+            # (creating an internal topic) may have held this heartbeat past its deadline.
+            group.set_deadline(member, self.clock.monotonic_ms() + cfg.share_session_timeout_ms)
         return HeartbeatAnswer(member_id, member.epoch, cfg.share_heartbeat_interval_ms, assignment)
 
     async def _check_topology(self, group: ShareGroup) -> None:
