@@ -13,6 +13,38 @@ from collections.abc import Callable
 from typing import Protocol
 
 
+# A timer or periodic check that runs more than this after it was due ran after a stall of the event
+# loop: a step that held it (creating an internal topic's 50 partitions), or the process not being
+# scheduled on a loaded machine. Requests that arrived meanwhile may still wait unread in sockets.
+STALL_MS = 100
+# Expiry is held back at most this long while every check runs late (a loop that never catches up).
+MAX_HOLD_MS = 30_000
+
+
+class ExpiryHold:
+    """Session expiry that runs late is held back until a check runs on time, so that what arrived
+    during the stall (a member's heartbeat) is served first. Kafka's network threads read requests
+    while its coordinator is busy, so there a heartbeat that arrived before the deadline is queued
+    ahead of the expiry; here the timer would otherwise run before the loop reads the socket, and
+    expire a member that was on time. Back-to-back stalls hold it again, up to MAX_HOLD_MS."""
+
+    def __init__(self) -> None:
+        self._since: int | None = None  # when the checks started running late
+
+    def holds(self, due_ms: int, now_ms: int) -> bool:
+        """Whether a check due at `due_ms` and running at `now_ms` must skip expiring (and check
+        again STALL_MS later)."""
+        if now_ms - due_ms <= STALL_MS:
+            self._since = None
+            return False
+        if self._since is None:
+            self._since = now_ms
+        if now_ms - self._since >= MAX_HOLD_MS:
+            self._since = None
+            return False
+        return True
+
+
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
 
@@ -45,4 +77,4 @@ class LoopClock:
         return asyncio.get_running_loop().call_later(delay, callback)
 
 
-__all__ = ["Clock", "LoopClock", "TimerHandle"]
+__all__ = ["MAX_HOLD_MS", "STALL_MS", "Clock", "ExpiryHold", "LoopClock", "TimerHandle"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.clock import STALL_MS, ExpiryHold
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import classic_records as crec
 from sharebroker.broker.groups.classic_group import (
@@ -74,6 +75,7 @@ class ClassicGroupCoordinator:
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], crec.CommittedOffset]]] = {}
         self._persisted: dict[str, bytes] = {}  # group id -> last GroupMetadata value appended
         self._timers: dict[str, TimerHandle] = {}
+        self._holds: dict[str, ExpiryHold] = {}  # groups whose timer ran late, held back since
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: dict[str, set[asyncio.Future[None]]] = {}
         self._seen: dict[str, tuple[str, int]] = {}
@@ -251,15 +253,24 @@ class ClassicGroupCoordinator:
         # A millisecond past the deadline, and never sooner than one from now: a zero-delay join
         # timer still lets JoinGroups already on their way in join the same generation.
         due = max(deadline, self.clock.monotonic_ms()) + 1
-        self._timers[group.group_id] = self.clock.call_at(due, lambda: self._fire(group.group_id))
+        self._timers[group.group_id] = self.clock.call_at(due, lambda: self._fire(group.group_id, due))
 
-    def _fire(self, group_id: str) -> None:
+    def _fire(self, group_id: str, due: int) -> None:
         self._timers.pop(group_id, None)
         group = self._group(group_id)
         if group is None:
             return
+        now = self.clock.monotonic_ms()
+        hold = self._holds.setdefault(group_id, ExpiryHold())
+        if hold.holds(due, now):
+            # After a stall this timer runs before the loop reads the sockets: heartbeats that
+            # arrived meanwhile are served first (one that comes re-arms this timer).
+            retry = now + STALL_MS
+            self._timers[group_id] = self.clock.call_at(retry, lambda: self._fire(group_id, retry))
+            return
+        self._holds.pop(group_id, None)
         try:
-            group.tick(self.clock.monotonic_ms())
+            group.tick(now)
         except Exception:
             log.exception("classic group timer failed", group=group_id)
         self._after(group)
@@ -679,6 +690,7 @@ class ClassicGroupCoordinator:
             self.offsets.pop(group_id, None)
         self._persisted.pop(group_id, None)
         self._seen.pop(group_id, None)
+        self._holds.pop(group_id, None)
         handle = self._timers.pop(group_id, None)
         if handle is not None:
             handle.cancel()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.clock import ExpiryHold
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import consumer_records as rec
 from sharebroker.broker.groups.assignment_timers import AssignmentTimers
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 
 log = get_logger("sharebroker.groups")
 
-_SWEEP_INTERVAL_S = 0.1
+_SWEEP_INTERVAL_MS = 100
 Record = tuple[bytes, bytes | None]
 
 
@@ -400,6 +401,7 @@ class ConsumerGroupCoordinator:
         elif hb.member_epoch < 0:
             log.info("consumer group member left", group=group_id, member=hb.member_id, epoch=hb.member_epoch)
         await self.persist(group, first)
+        self._restart_session(group, reply.member_id, settings.session_timeout_ms)
         self._settle_target(group)
         assignment = None
         if reply.assignment is not None:
@@ -410,11 +412,22 @@ class ConsumerGroupCoordinator:
         return {"member_id": reply.member_id, "member_epoch": reply.member_epoch, "heartbeat_interval": interval,
                 "assignment": assignment}
 
+    def _restart_session(self, group: ConsumerGroup, member_id: str, session_timeout_ms: int) -> None:
+        """The session runs from the answer: the group's write (the first one creates
+        `__consumer_offsets`) may have held the request past the deadline it set."""
+        member = group.members.get(member_id)
+        if member is not None and self.groups.get(group.group_id) is group:
+            member.session_deadline_ms = self.clock.monotonic_ms() + session_timeout_ms
+
     # -- timers and topic changes ----------------------------------------------------------------
 
     async def _sweep_forever(self) -> None:
+        hold = ExpiryHold()
         while True:
-            await asyncio.sleep(_SWEEP_INTERVAL_S)
+            due = self.clock.monotonic_ms() + _SWEEP_INTERVAL_MS
+            await asyncio.sleep(_SWEEP_INTERVAL_MS / 1000)
+            if hold.holds(due, self.clock.monotonic_ms()):
+                continue  # after a stall, serve the heartbeats that arrived meanwhile first
             try:
                 await self.sweep()
             except Exception:
@@ -654,6 +667,7 @@ class ConsumerGroupCoordinator:
                                            or group.assignment_pending())
         else:
             await self.persist(group)
+            self._restart_session(group, member.member_id, req.session_timeout_ms)
             self._settle_target(group)
         assert member.classic is not None
         return JoinResult(ErrorCode.none, member.member_id, member.epoch, CONSUMER_PROTOCOL_TYPE,

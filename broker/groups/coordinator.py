@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from sharebroker.broker.clock import ExpiryHold
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import records as grec
 from sharebroker.broker.groups.assignment_timers import AssignmentTimers
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 log = get_logger("sharebroker.groups")
 
 GROUP_CONFIGS_FILE = "share-group-configs.json"
-_SWEEP_INTERVAL_S = 0.1
+_SWEEP_INTERVAL_MS = 100
 
 
 class HeartbeatAnswer(NamedTuple):
@@ -399,6 +400,10 @@ class ShareGroupCoordinator:
             assignment = [(tid, sorted(ps)) for tid, ps in sorted(member.assignment.items(), key=lambda kv: str(kv[0]))]
         if self._unwritten(group):
             await self.persist(group)
+        if group.members.get(member_id) is member:
+            # The session runs from the answer: initializing share partitions or the first write
+            # (creating an internal topic) may have held this heartbeat past its deadline.
+            group.set_deadline(member, self.clock.monotonic_ms() + cfg.share_session_timeout_ms)
         return HeartbeatAnswer(member_id, member.epoch, cfg.share_heartbeat_interval_ms, assignment)
 
     async def _check_topology(self, group: ShareGroup) -> None:
@@ -458,9 +463,13 @@ class ShareGroupCoordinator:
     # -- expiry and topic changes ----------------------------------------------------------------
 
     async def _sweep_forever(self) -> None:
+        hold = ExpiryHold()
         while True:
-            await asyncio.sleep(_SWEEP_INTERVAL_S)
+            due = self.clock.monotonic_ms() + _SWEEP_INTERVAL_MS
+            await asyncio.sleep(_SWEEP_INTERVAL_MS / 1000)
             now = self.clock.monotonic_ms()  # session deadlines never follow a wall-clock step
+            if hold.holds(due, now):
+                continue  # after a stall, serve the heartbeats that arrived meanwhile first
             for group_id in list(self._sweep_due):
                 group = self.groups.get(group_id)
                 if group is None or (not group.members and not self._unwritten(group)):

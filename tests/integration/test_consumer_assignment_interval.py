@@ -47,7 +47,9 @@ def new_name(prefix: str) -> str:
 def describe(bootstrap: str, group: str) -> Any:
     """ConsumerGroupDescribe (69): group and assignment epochs, each member's current and target
     assignment."""
-    with rk.RawClient(bootstrap) as raw:
+    # Read timeout as long as the tests' deadlines: a loaded machine has held the broker's answers
+    # beyond the RawClient's default 5 s (a FindCoordinator answered after 4.2 s, this after >5 s).
+    with rk.RawClient(bootstrap, timeout=TIMEOUT) as raw:
         return raw.request(rk.req_cls(69, 1)(group_ids=(group,), include_authorized_operations=False)).groups[0]
 
 

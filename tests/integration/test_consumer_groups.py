@@ -114,6 +114,12 @@ class KafkaPythonMember:
         self.c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
                                enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=250,
                                request_timeout_ms=40000, **extra)
+        # The topic's partitions in the client's metadata before its first poll joins: a leader that
+        # assigns without them (its join outran its first metadata fetch) rejoins once they arrive,
+        # and kafka-python 3.0.12 drops that rejoin when it outlasts a poll(): the rejoin's own
+        # assignment makes need_rejoin() false, so the finished JoinGroup/SyncGroup is never
+        # collected, heartbeats stay disabled and the broker expires the member after its session.
+        assert self.c.partitions_for_topic(topic), f"no partitions of {topic} in kafka-python's metadata"
 
     def poll(self) -> list[tuple[int, int, bytes]]:
         batches = self.c.poll(timeout_ms=200)
