@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
 from sharebroker.broker.frames import MIN_FRAME, FrameEnd, FrameProtocol
-from sharebroker.broker.metrics import FOLD_AT, Recorder, RequestFacts, count_errors, error_name
+from sharebroker.broker.metrics import FOLD_AT, Recorder, ShareFacts, count_errors, error_name
 from sharebroker.broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas
 from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from sharebroker.broker.security.sasl import ListenerSecurity, SaslSession
@@ -99,9 +99,9 @@ class Connection:
         # With metrics on: the error codes (by name) of the response a handler encodes itself
         # (Fetch, ShareFetch), which it sets here; those of kio responses are counted below.
         self.response_errors: dict[str, int] | None = None
-        # With metrics on: what a Produce appended, or a ShareFetch or ShareAcknowledge fetched and
-        # acknowledged, which its handler sets here to be counted with the request.
-        self.request_facts: RequestFacts | None = None
+        # With metrics on: the topics a ShareFetch or ShareAcknowledge asked of, which its handler
+        # sets here to be counted with the request.
+        self.share_facts: ShareFacts | None = None
         self._counting = broker.metrics.enabled  # else nothing below is touched per request
         self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
         self._errors: dict[str, int] | None = None
@@ -164,10 +164,10 @@ class Connection:
                     last = self._last
                     if last is not None:  # MetricsRecorder.request, inline
                         journal.append((last, elapsed_ms, self.response_errors or self._errors or _NO_ERROR,
-                                        self.request_facts))
+                                        self.share_facts))
                         if len(journal) >= FOLD_AT:
                             metrics.fold()
-                        self._last = self._errors = self.response_errors = self.request_facts = None
+                        self._last = self._errors = self.response_errors = self.share_facts = None
                     else:
                         self._refused(metrics, frame, response, elapsed_ms)
                 else:

@@ -13,15 +13,12 @@ from __future__ import annotations
 import dataclasses
 import typing
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from sharebroker.broker.topics import Partition
-
 __all__ = ["FOLD_AT", "LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "JournalEntry", "MetricsRecorder",
-           "ProduceFacts", "Recorder", "RequestFacts", "ShareFacts", "all_none", "count_errors", "error_name"]
+           "Recorder", "ShareFacts", "all_none", "count_errors", "error_name"]
 
 # Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
 # their MaxWaitMs, so the buckets reach well past the clients' default 500 ms.
@@ -35,20 +32,13 @@ ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
 
 ShareKey = tuple[str, str, int]  # (group, topic, partition)
 
-# What a ShareFetch or ShareAcknowledge did, noted with its request and counted when the journal is
-# folded (TotalShareFetchRequestsPerSec and the like count per topic, BytesOutPerSec per topic,
-# RecordAcknowledgementsPerSec per type):
-#  - the fetch: the session's ("fetch", topic) counter keys when no partition failed, else
-#    {topic name: whether a partition of it failed}; None without a fetch;
-#  - the fetched partitions and the record bytes answered for each, or None;
-#  - the acknowledged partitions: (partition, error code, the batches applied, None if refused),
-#    or None.
-ShareFacts = tuple[tuple[tuple[str, str], ...] | dict[str, bool] | None,
-                   list[tuple["Partition", int]] | None,
-                   list[tuple["Partition", int, list[tuple[int, int, list[int]]] | None]] | None]
-# What a Produce appended: (topic, records, batch bytes) per partition (MessagesInPerSec, BytesInPerSec).
-ProduceFacts = list[tuple[str, int, int]]
-RequestFacts = ShareFacts | ProduceFacts
+# What a ShareFetch or ShareAcknowledge asked of each topic, noted with its request and counted
+# when the journal is folded (Kafka's Total/Failed ShareFetch and ShareAcknowledgement requests
+# per topic): the fetch, as the session's ("fetch", topic) counter keys when no partition failed,
+# else {topic: whether a partition of it failed}, None without a fetch; and the acknowledgements,
+# {topic: whether a partition's failed}, None without any. (The bytes and records they moved are
+# counted at once, on the partitions and in `ack_counts`.)
+ShareFacts = tuple[tuple[tuple[str, str], ...] | dict[str, bool] | None, dict[str, bool] | None]
 
 
 # Per response class: whether it has an error_code, the fields holding tuples of entities, and those
@@ -134,7 +124,7 @@ class Histogram:
 
 
 # One request as noted: (API key, version), time in ms, error codes by name, what it moved.
-JournalEntry = tuple[tuple[int, int], float, dict[str, int], RequestFacts | None]
+JournalEntry = tuple[tuple[int, int], float, dict[str, int], ShareFacts | None]
 
 
 class Recorder:
@@ -151,13 +141,21 @@ class Recorder:
         """Count the requests noted in the journal."""
 
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
-                facts: RequestFacts | None = None) -> None:
+                share: ShareFacts | None = None) -> None:
         """One request ((API key, version)) answered (or closed on): its API, version, time, the error codes of its
-        response by name (NONE included), and what a Produce appended or a ShareFetch or
-        ShareAcknowledge fetched and acknowledged."""
+        response by name (NONE included), and for ShareFetch and ShareAcknowledge the topics it asked of."""
 
     def fetched(self, topic: str, size: int) -> None:
-        """Record bytes answered to a Fetch or ShareFetch for one partition (BytesOutPerSec)."""
+        """Record bytes answered to a Fetch for one partition (BytesOutPerSec; ShareFetch counts
+        them on the partition)."""
+
+    def forget_topic(self, topic: str) -> None:
+        """A topic was deleted: its per-topic counts go, as Kafka removes its BrokerTopicMetrics
+        (those counted on its partitions went with them)."""
+
+    def share_acknowledged(self, batches: list[tuple[int, int, list[int]]]) -> None:
+        """One partition's acknowledgement batches ((first offset, last offset, acknowledge types))
+        were applied: records per acknowledge type (gaps are not counted)."""
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         """A share partition's state was read from the share coordinator (PartitionLoadTimeMs)."""
@@ -179,11 +177,12 @@ FOLD_AT = 2048
 class MetricsRecorder(Recorder):
     """The counting recorder (metrics.listener set).
 
-    A request is only noted in a journal (one append), with what a ShareFetch or ShareAcknowledge
-    fetched and acknowledged: folding it into the per-API counts, the latency histogram, the error
-    counts and the share counters touches several dicts, which between two requests have left the
-    CPU's caches, so done one at a time it cost several times its in-loop price. The journal is
-    folded in one warm loop when it fills or when the counts are read."""
+    A request is only noted in a journal (one append), with the topics a ShareFetch or
+    ShareAcknowledge asked of: folding it into the per-API counts, the latency histogram, the error
+    counts and the per-topic share counters touches several dicts, which between two requests have
+    left the CPU's caches, so done one at a time it cost several times its in-loop price. The
+    journal is folded in one loop when it fills or when the counts are read. What needs no lookup
+    is counted at once: bytes and records on the partition, acknowledged records in a list."""
 
     enabled = True
 
@@ -192,13 +191,11 @@ class MetricsRecorder(Recorder):
         self._requests: dict[tuple[int, int], int] = {}
         self._latency: dict[int, Histogram] = {}
         self._errors: dict[tuple[int, str], int] = {}
-        self._messages_in: dict[str, int] = {}
-        self._bytes_in: dict[str, int] = {}
-        self._bytes_out: dict[str, int] = {}
+        self.bytes_out: dict[str, int] = {}  # Fetch's, by topic (Produce and ShareFetch count on the partitions)
         # ("fetch" | "acknowledgement", topic) -> requests, and those with a failed partition
         self._share_total: dict[tuple[str, str], int] = {}
         self._share_failed: dict[tuple[str, str], int] = {}
-        self._record_acks: dict[int, int] = dict.fromkeys(ACK_TYPE_NAMES, 0)
+        self.ack_counts = [0] * (max(ACK_TYPE_NAMES) + 1)  # records by acknowledge type (index)
         self.partition_load = Histogram(LOAD_BUCKETS_MS)
         self.lock_timeouts: dict[ShareKey, int] = {}
         self.at_limit: dict[ShareKey, int] = {}
@@ -223,24 +220,6 @@ class MetricsRecorder(Recorder):
         return self._errors
 
     @property
-    def messages_in(self) -> dict[str, int]:
-        """topic -> records appended by producers."""
-        self.fold()
-        return self._messages_in
-
-    @property
-    def bytes_in(self) -> dict[str, int]:
-        """topic -> record-batch bytes appended by producers."""
-        self.fold()
-        return self._bytes_in
-
-    @property
-    def bytes_out(self) -> dict[str, int]:
-        """topic -> record-batch bytes answered to Fetch and ShareFetch."""
-        self.fold()
-        return self._bytes_out
-
-    @property
     def share_requests_total(self) -> dict[tuple[str, str], int]:
         """("fetch" | "acknowledgement", topic) -> share requests naming the topic."""
         self.fold()
@@ -255,13 +234,12 @@ class MetricsRecorder(Recorder):
     @property
     def record_acks(self) -> dict[int, int]:
         """acknowledge type -> records acknowledged with it (gaps are not counted)."""
-        self.fold()
-        return self._record_acks
+        return {t: self.ack_counts[t] for t in ACK_TYPE_NAMES}
 
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
-                facts: RequestFacts | None = None) -> None:
+                share: ShareFacts | None = None) -> None:
         journal = self.journal
-        journal.append((key, elapsed_ms, errors, facts))
+        journal.append((key, elapsed_ms, errors, share))
         if len(journal) >= FOLD_AT:
             self.fold()
 
@@ -272,7 +250,7 @@ class MetricsRecorder(Recorder):
         journal = self.journal.copy()  # the list itself stays: connections hold it
         self.journal.clear()
         requests, latency, counted = self._requests, self._latency, self._errors
-        for key, elapsed_ms, errors, facts in journal:
+        for key, elapsed_ms, errors, share in journal:
             requests[key] = requests.get(key, 0) + 1
             api_key = key[0]
             hist = latency.get(api_key)
@@ -283,44 +261,17 @@ class MetricsRecorder(Recorder):
             for name, n in errors.items():
                 ekey = (api_key, name)
                 counted[ekey] = counted.get(ekey, 0) + n
-            if facts is None:
+            if share is None:
                 continue
-            if isinstance(facts, list):  # a Produce's
-                records_in, bytes_in = self._messages_in, self._bytes_in
-                for topic, records, size in facts:
-                    records_in[topic] = records_in.get(topic, 0) + records
-                    bytes_in[topic] = bytes_in.get(topic, 0) + size
-            else:
-                self._fold_share(facts)
-
-    def _fold_share(self, share: ShareFacts) -> None:
-        fetch, fetched, acknowledged = share
-        if isinstance(fetch, tuple):  # no partition failed: the session's keys
-            total = self._share_total
-            for tkey in fetch:
-                total[tkey] = total.get(tkey, 0) + 1
-        elif fetch is not None:
-            self._count_topics("fetch", fetch)
-        if fetched is not None:
-            out = self._bytes_out
-            for partition, size in fetched:
-                name = partition.topic.name
-                out[name] = out.get(name, 0) + size
-        if acknowledged is not None:
-            topics: dict[str, bool] = {}
-            counts = self._record_acks
-            for partition, code, batches in acknowledged:
-                name = partition.topic.name
-                topics[name] = topics.get(name, False) or code != 0
-                for first, last, types in batches or ():
-                    if len(types) == 1:  # one type for the whole batch: one addition
-                        if types[0] in counts:
-                            counts[types[0]] += last - first + 1
-                    else:  # a type per record: a C-level count per type
-                        for ack_type in set(types):
-                            if ack_type in counts:
-                                counts[ack_type] += types.count(ack_type)
-            self._count_topics("acknowledgement", topics)
+            fetch, acknowledged = share
+            if isinstance(fetch, tuple):  # no partition failed: the session's keys
+                total = self._share_total
+                for tkey in fetch:
+                    total[tkey] = total.get(tkey, 0) + 1
+            elif fetch is not None:
+                self._count_topics("fetch", fetch)
+            if acknowledged is not None:
+                self._count_topics("acknowledgement", acknowledged)
 
     def _count_topics(self, kind: str, topics: dict[str, bool]) -> None:
         total, failed = self._share_total, self._share_failed
@@ -331,7 +282,26 @@ class MetricsRecorder(Recorder):
                 failed[tkey] = failed.get(tkey, 0) + 1
 
     def fetched(self, topic: str, size: int) -> None:
-        self._bytes_out[topic] = self._bytes_out.get(topic, 0) + size
+        self.bytes_out[topic] = self.bytes_out.get(topic, 0) + size
+
+    def forget_topic(self, topic: str) -> None:
+        self.fold()
+        self.bytes_out.pop(topic, None)
+        for counts in (self._share_total, self._share_failed):
+            for key in [k for k in counts if k[1] == topic]:
+                del counts[key]
+
+    def share_acknowledged(self, batches: list[tuple[int, int, list[int]]]) -> None:
+        counts = self.ack_counts
+        for first, last, types in batches:
+            if len(types) == 1:  # one type for the whole batch: one addition
+                t = types[0]
+                if 0 < t < len(counts):
+                    counts[t] += last - first + 1
+            else:  # a type per record: a C-level count per type (gaps, 0, are not counted)
+                for t in set(types):
+                    if 0 < t < len(counts):
+                        counts[t] += types.count(t)
 
     def share_partition_loaded(self, elapsed_ms: float) -> None:
         self.partition_load.observe(elapsed_ms)

@@ -88,15 +88,32 @@ class BrokerCollector(Collector):
                        "Responses by top-level error code, NONE included (ErrorsPerSec).", ["request", "error"],
                        (((api_name(k), e), n) for (k, e), n in sorted(r.errors.items())))
 
+    def _moved(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        """Per topic with any: records and bytes appended by producers, and bytes answered to
+        Fetch (the recorder's) and ShareFetch (counted on the partitions)."""
+        messages_in: dict[str, int] = {}
+        bytes_in: dict[str, int] = {}
+        bytes_out = dict(self.recorder.bytes_out)
+        for p in self.broker.topics.all_partitions():
+            if p.messages_in or p.bytes_out:
+                name = p.topic.name
+                if p.messages_in:
+                    messages_in[name] = messages_in.get(name, 0) + p.messages_in
+                    bytes_in[name] = bytes_in.get(name, 0) + p.bytes_in
+                if p.bytes_out:
+                    bytes_out[name] = bytes_out.get(name, 0) + p.bytes_out
+        return messages_in, bytes_in, bytes_out
+
     def _topics(self) -> Iterator[Metric]:
         r = self.recorder
         def share(counts: dict[tuple[str, str], int], kind: str) -> dict[str, int]:
             return {topic: n for (k, topic), n in counts.items() if k == kind}
 
+        messages_in, bytes_in, bytes_out = self._moved()
         for name, doc, values in (
-                ("messagesin", "Records appended by producers (MessagesInPerSec).", r.messages_in),
-                ("bytesin", "Record-batch bytes appended by producers (BytesInPerSec).", r.bytes_in),
-                ("bytesout", "Record-batch bytes sent to Fetch and ShareFetch (BytesOutPerSec).", r.bytes_out),
+                ("messagesin", "Records appended by producers (MessagesInPerSec).", messages_in),
+                ("bytesin", "Record-batch bytes appended by producers (BytesInPerSec).", bytes_in),
+                ("bytesout", "Record-batch bytes sent to Fetch and ShareFetch (BytesOutPerSec).", bytes_out),
                 ("totalsharefetchrequests", "ShareFetch requests naming the topic (TotalShareFetchRequestsPerSec).",
                  share(r.share_requests_total, "fetch")),
                 ("failedsharefetchrequests",

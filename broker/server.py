@@ -440,6 +440,7 @@ class Broker:
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
         await self.classic_groups.topic_deleted(name)
         await self.consumer_groups.topic_deleted()
+        self.metrics.forget_topic(name)
         self.descriptors_freed()  # its segments' files are closed
 
     def group_type(self, group_id: str) -> GroupType | None:

@@ -33,6 +33,12 @@ class Partition:
     producers: PartitionProducers = field(default_factory=PartitionProducers)
     leader_epoch: int = 0
     _waiters: set[asyncio.Future[None]] | None = None  # made by the first long poll
+    # With metrics.listener set: records and batch bytes producers appended, and record bytes
+    # ShareFetch answered (BrokerTopicMetrics, summed per topic when scraped). Counted here, on an
+    # object the request has at hand, rather than in a dict keyed by topic.
+    messages_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
 
     @property
     def last_stable_offset(self) -> int:

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import CloseConnection, api, error_response
 from sharebroker.broker.flusher import now_ms
-from sharebroker.broker.metrics import ProduceFacts, all_none, error_name
+from sharebroker.broker.metrics import all_none, error_name
 from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 
 from sharebroker.broker.structured_log import Repeats, get_logger
@@ -31,10 +31,9 @@ log = get_logger("sharebroker.produce")
 _refusals = Repeats(10.0)
 
 def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | None, version: int,
-                now: int, transactional_id: str | None, entry: ProducePartitionResponse,
-                produced: ProduceFacts | None) -> None:
-    """Validate and append one partition's batch, filling its response entry; with metrics on,
-    note it in `produced`."""
+                now: int, transactional_id: str | None, entry: ProducePartitionResponse, counting: bool) -> None:
+    """Validate and append one partition's batch, filling its response entry (and, `counting`,
+    the partition's metrics counters)."""
     plog = partition.log
     topic = partition.topic
     cfg = topic.config
@@ -68,8 +67,9 @@ def _append_one(broker: Broker, partition: Any, records: bytes | memoryview | No
         partition.producers.record(pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
                                    result.first_offset, result.last_offset, batch.max_timestamp,
                                    transactional=batch.is_transactional)
-    if produced is not None:
-        produced.append((topic.name, batch.record_count, batch.size))
+    if counting:
+        partition.messages_in += batch.record_count
+        partition.bytes_in += batch.size
     if result.rolled:
         # After the producer state took this batch in: the roll's snapshot is taken at the log
         # end offset, which already counts it.
@@ -148,7 +148,6 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
     appended: list[tuple[Any, ProducePartitionResponse]] = []
     failed = False
     counting = broker.metrics.enabled
-    produced: ProduceFacts | None = [] if counting else None
     resolved = []  # (request entry, topic or None, its name or None, the error if unknown)
     for td in body.topic_data:
         if v >= 13:
@@ -185,7 +184,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic.name}.")
                 partition = topic.partitions[pd.index]
-                _append_one(broker, partition, pd.records, v, now, body.transactional_id, entry, produced)
+                _append_one(broker, partition, pd.records, v, now, body.transactional_id, entry, counting)
                 appended.append((partition, entry))
             except KafkaError as exc:
                 failed = True
@@ -211,8 +210,6 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
                 _failed(entry, code, message)
             elif isinstance(res, BaseException):
                 raise res
-    if produced:
-        conn.request_facts = produced
     if acks == 0:
         if failed:
             # Kafka closes an acks=0 connection on error: it is the only signal such a producer gets.

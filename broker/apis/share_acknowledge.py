@@ -10,7 +10,6 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.authorization import Op, refuse_group, topic_refusal
 from sharebroker.broker.apis.share_common import (
-    Acks,
     apply_acknowledgements,
     check_ids,
     current_leader,
@@ -55,20 +54,20 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> Any:
 
     acks = merge_topics(body.topics)
     by_topic: dict[Any, list[dict[str, Any]]] = {}
-    counted: list[tuple[Any, int, Acks | None]] | None = [] if broker.metrics.enabled else None
+    topics: dict[str, bool] | None = {} if broker.metrics.enabled else None
     for (topic_id, index), p in acks.items():
         if refused is not None and refused(topic_id):
             code, message = ErrorCode.topic_authorization_failed, None
         else:
             code, message = await apply_acknowledgements(broker, group_id, member_id, topic_id, index,
                                                          p.acknowledgement_batches, version=v, is_renew=is_renew,
-                                                         counted=counted)
+                                                         topics=topics)
         partition, _, _ = resolve_partition(broker, topic_id, index)
         by_topic.setdefault(topic_id, []).append({
             "partition_index": index, "error_code": code, "error_message": message,
             "current_leader": current_leader(broker, partition)})
-    if counted:
-        conn.request_facts = (None, None, counted)
+    if topics:
+        conn.share_facts = (None, topics)
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     return build(cls, {

@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 
 MAX_MEMBER_ID_LENGTH = 36
 
-Acks = list[tuple[int, int, list[int]]]  # (first offset, last offset, acknowledge types)
-
 
 def check_ids(group_id: str | None, member_id: str | None) -> None:
     if group_id is None:
@@ -46,39 +44,39 @@ def resolve_partition(broker: Broker, topic_id: Any, index: int) -> tuple[Any, E
 
 async def apply_acknowledgements(broker: Broker, group_id: str, member_id: str, topic_id: Any, index: int,
                                  batches: Any, *, version: int, is_renew: bool,
-                                 counted: list[tuple[Any, int, Acks | None]] | None = None
-                                 ) -> tuple[ErrorCode, str | None]:
+                                 topics: dict[str, bool] | None = None) -> tuple[ErrorCode, str | None]:
     """Acknowledge one partition's batches; the (error code, message) for its response entry.
-    With metrics on, `counted` collects (partition, error code, the batches applied) for the
-    request's ShareFacts when the partition exists."""
+    With metrics on, `topics` collects the request's topics (name -> whether a partition failed)."""
     if not batches:
         return ErrorCode.none, None
-    code, message, partition, acks = await _acknowledge(broker, group_id, member_id, topic_id, index, batches,
-                                                        version, is_renew)
-    if counted is not None and partition is not None:
-        counted.append((partition, code, acks))
+    code, message, partition = await _acknowledge(broker, group_id, member_id, topic_id, index, batches, version,
+                                                  is_renew)
+    if topics is not None and partition is not None:
+        name = partition.topic.name
+        topics[name] = topics.get(name, False) or code != ErrorCode.none
     return code, message
 
 
 async def _acknowledge(broker: Broker, group_id: str, member_id: str, topic_id: Any, index: int, batches: Any,
-                       version: int, is_renew: bool) -> tuple[ErrorCode, str | None, Any, Acks | None]:
-    """(error code, message, the partition when it exists, the batches when applied)."""
+                       version: int, is_renew: bool) -> tuple[ErrorCode, str | None, Any]:
+    """(error code, message, the partition when it exists)."""
     acks = [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches]
     problem = validate_acknowledgement_batches(acks, version=version, is_renew=is_renew)
     if problem is not None:
-        return ErrorCode.invalid_request, problem, None, None
+        return ErrorCode.invalid_request, problem, None
     partition, code, message = resolve_partition(broker, topic_id, index)
     if partition is None:
-        return code, message, None, None  # type: ignore[return-value]
+        return code, message, None  # type: ignore[return-value]
     leader = broker.share.existing_leader(group_id, topic_id, index)
     if leader is None:
-        return (ErrorCode.unknown_topic_or_partition, "The share partition is not loaded on this broker.", partition,
-                None)
+        return ErrorCode.unknown_topic_or_partition, "The share partition is not loaded on this broker.", partition
     try:
         await leader.acknowledge(member_id, acks, is_renew=is_renew)
     except KafkaError as exc:
-        return exc.code, exc.message, partition, None
-    return ErrorCode.none, None, partition, acks
+        return exc.code, exc.message, partition
+    if broker.metrics.enabled:
+        broker.metrics.share_acknowledged(acks)
+    return ErrorCode.none, None, partition
 
 
 def current_leader(broker: Broker, partition: Any) -> dict[str, int]:

@@ -15,7 +15,6 @@ from sharebroker.broker.metrics import all_none, error_name
 from sharebroker.broker.apis import api
 from sharebroker.broker.apis.authorization import GROUP_DENIED, Op, Res, allows, topic_refusal
 from sharebroker.broker.apis.share_common import (
-    Acks,
     apply_acknowledgements,
     check_ids,
     current_leader,
@@ -58,9 +57,9 @@ def _entry(broker: Broker, index: int, partition: Partition | None) -> ShareFetc
 
 async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSession, body: Any,
                  entries: dict[Key, ShareFetchPartition], refused: Callable[[Any], bool] | None,
-                 fetched: list[tuple[Partition, int]] | None) -> None:
-    """Acquire from the session's partitions, waiting up to MaxWaitMs for something to acquire.
-    With metrics on, `fetched` collects each partition acquired from and the record bytes answered."""
+                 counting: bool) -> None:
+    """Acquire from the session's partitions, waiting up to MaxWaitMs for something to acquire;
+    `counting` (metrics on): the record bytes answered are counted on their partitions."""
     keys = list(session.partitions)
     if not keys:
         return
@@ -119,8 +118,8 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
                 remaining -= sum(r.last_offset - r.first_offset + 1 for r in acq.acquired)
                 e = entries.setdefault(key, _entry(broker, key[1], partition))
                 e.records = acq.records
-                if fetched is not None:
-                    fetched.append((partition, len(acq.records)))
+                if counting:
+                    partition.bytes_out += len(acq.records)
                 e.acquired_records = [AcquiredRecords(r.first_offset, r.last_offset, r.delivery_count)
                                       for r in acq.acquired]
                 session.move_to_end(key)
@@ -136,43 +135,40 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
     await delayed_fetch(attempt, lambda got_any: got_any or not leaders, wakeups, deadline, clock)
 
 
-def _note_metrics(broker: Broker, conn: Connection, session: ShareSession, entries: dict[Key, ShareFetchPartition],
-                  fetched: list[tuple[Partition, int]] | None, acked: list[tuple[Partition, int, Acks | None]]) -> None:
-    """The response's error codes for ErrorsPerSec (the top level, then each partition, as
-    errorCounts has them) and the request's ShareFacts: per topic, one fetch request
-    (TotalShareFetchRequestsPerSec, and FailedShareFetchRequestsPerSec if a partition of it
-    failed) when it fetched (`fetched` is not None), and what it fetched and acknowledged."""
+def _fetch_counts(broker: Broker, session: ShareSession,
+                  entries: dict[Key, ShareFetchPartition]) -> tuple[tuple[str, str], ...] | dict[str, bool]:
+    """What TotalShareFetchRequestsPerSec and FailedShareFetchRequestsPerSec count of a fetch, once
+    per topic: without a failed partition (nearly always) the counter keys the session keeps for
+    its topics; with one, each topic and whether a partition of it failed."""
     for e in entries.values():
         if e.error_code:
             break
-    else:  # no partition failed (nearly always): the counter keys the session keeps for its topics
-        conn.response_errors = all_none(1 + len(entries))
-        if fetched is None:
-            if acked:
-                conn.request_facts = (None, None, acked)
-            return
+    else:
         keys = session.fetch_metric_keys
         if keys is None:
             keys = session.fetch_metric_keys = tuple(
                 ("fetch", topic.name) for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions)
                 if (topic := broker.topics.get_by_id(topic_id)) is not None)
-        conn.request_facts = (keys, fetched or None, acked or None)
-        return
-    errors = conn.response_errors = {"NONE": 1}
-    for entry in entries.values():
-        name = error_name(entry.error_code)
-        errors[name] = errors.get(name, 0) + 1
-    if fetched is None:
-        if acked:
-            conn.request_facts = (None, None, acked)
-        return
+        return keys
     failed = {topic_id for (topic_id, _), e in entries.items() if e.error_code}
     topics: dict[str, bool] = {}
     for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions):
         topic = broker.topics.get_by_id(topic_id)
         if topic is not None:
             topics[topic.name] = topic_id in failed
-    conn.request_facts = (topics, fetched or None, acked or None)
+    return topics
+
+
+def _count_errors(conn: Connection, entries: dict[Key, ShareFetchPartition]) -> None:
+    """The response's error codes for ErrorsPerSec: the top level, then each partition (errorCounts)."""
+    for e in entries.values():
+        if e.error_code:
+            errors = conn.response_errors = {"NONE": 1}
+            for entry in entries.values():
+                name = error_name(entry.error_code)
+                errors[name] = errors.get(name, 0) + 1
+            return
+    conn.response_errors = all_none(1 + len(entries))
 
 
 @api(78)
@@ -229,7 +225,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
 
     entries: dict[Key, ShareFetchPartition] = {}
     counting = broker.metrics.enabled
-    acked: list[tuple[Partition, int, Acks | None]] | None = [] if counting else None
+    acked: dict[str, bool] | None = {} if counting else None
     for key, p in requested.items():
         if not p.acknowledgement_batches:
             continue
@@ -239,18 +235,20 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
             continue
         code, message = await apply_acknowledgements(broker, group_id, member_id, key[0], key[1],
                                                      p.acknowledgement_batches, version=v, is_renew=is_renew,
-                                                     counted=acked)
+                                                     topics=acked)
         partition, _, _ = resolve_partition(broker, *key)
         e = entries.setdefault(key, _entry(broker, key[1], partition))
         e.acknowledge_error_code, e.acknowledge_error_message = code, message
 
-    fetched: list[tuple[Partition, int]] | None = None  # with metrics on, when it fetches
+    if acked:  # noted now: counted even if what follows fails
+        conn.share_facts = (None, acked)
+
     if epoch == FINAL_EPOCH:
         await broker.share.release_session(session)
     elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
-        if counting:
-            fetched = []
-        await _fetch(broker, group_id, member_id, session, body, entries, refused, fetched)
+        await _fetch(broker, group_id, member_id, session, body, entries, refused, counting)
+        if counting:  # before the errors of newly added partitions below, which are not the fetch's
+            conn.share_facts = (_fetch_counts(broker, session, entries), acked or None)
 
     for key in list(session.pending_new):
         partition, unresolved, why = resolve_partition(broker, *key)
@@ -262,8 +260,8 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     by_topic: dict[uuid.UUID, list[ShareFetchPartition]] = {}
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
-    if acked is not None:  # metrics on
-        _note_metrics(broker, conn, session, entries, fetched, acked)
+    if counting:
+        _count_errors(conn, entries)
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],
         acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms)

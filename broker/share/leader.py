@@ -42,8 +42,7 @@ log = get_logger("sharebroker.share")
 trace_log = get_logger("sharebroker.share.trace")
 
 LATEST, EARLIEST = -1, -2
-HISTORY_EVENTS = 256  # entries a leader remembers for the admin view's delivery history (an
-# acquisition of several ranges is one entry)
+HISTORY_EVENTS = 256  # record events a leader remembers for the admin view's delivery history
 _STATE_NAMES = {0: "available", 1: "acquired", 2: "acknowledged", 3: "archiving", 4: "archived"}
 _ACK_NAMES = {0: "gap", 1: "accept", 2: "release", 3: "reject", 4: "renew"}
 _ACCEPT = 1
@@ -59,11 +58,6 @@ class RecordEvent(NamedTuple):
     last: int
     member: str
     delivery_count: int
-
-
-# A history entry: an event (time, kind, first, last, member, delivery count), or an acquisition
-# (time, member, the ranges acquired).
-_HistoryEntry = tuple[int, str, int, int, str, int] | tuple[int, str, list[AcquiredRange]]
 
 
 def ack_runs(first: int, last: int, types: list[int]) -> list[tuple[int, int, int]]:
@@ -154,9 +148,9 @@ class SharePartitionLeader:
         # Record events: kept (history, bounded) while the admin view is on, logged while the
         # group's share.record.trace.enable is; `observed` is the one check the hot paths make.
         # The history's times are the monotonic clock's, which an acquisition has at hand;
-        # events() turns them into wall-clock times. An acquisition is kept as it came back,
-        # (time, member, its ranges), and named only when someone looks.
-        self.history: deque[_HistoryEntry] | None = None
+        # events() turns them into wall-clock times. Plain tuples of ints and strings, which the
+        # garbage collector stops tracking: RecordEvent's fields, named only when someone looks.
+        self.history: deque[tuple[int, str, int, int, str, int]] | None = None
         self.trace = False
         self.observed = False
 
@@ -184,15 +178,7 @@ class SharePartitionLeader:
         if not self.history:
             return []
         to_wall = self.clock.wall_ms() - self.clock.monotonic_ms()
-        events: list[RecordEvent] = []
-        for e in self.history:
-            if len(e) == 3:  # an acquisition: (time, member, ranges)
-                at, member, ranges = e
-                events.extend(RecordEvent(at + to_wall, "acquire", r.first_offset, r.last_offset, member,
-                                          r.delivery_count) for r in ranges)
-            else:
-                events.append(RecordEvent(e[0] + to_wall, *e[1:]))
-        return events
+        return [RecordEvent(e[0] + to_wall, *e[1:]) for e in self.history]
 
     def _write_events(self, write: StateWrite, kind: str, member: str) -> None:
         """A release or expiry write's ranges: back to AVAILABLE (`kind`) or archived."""
@@ -434,8 +420,9 @@ class SharePartitionLeader:
             return Acquisition(b"", [])
         if self.observed:
             history = self.history
-            if history is not None and not self.trace:  # the view alone: one entry, no call
-                history.append((now, member_id, acquired))
+            if history is not None and not self.trace:  # the view alone: no call per range
+                for a in acquired:
+                    history.append((now, "acquire", a.first_offset, a.last_offset, member_id, a.delivery_count))
             else:
                 for a in acquired:
                     self._event("acquire", member_id, a.first_offset, a.last_offset, a.delivery_count)

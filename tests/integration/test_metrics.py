@@ -200,6 +200,50 @@ def test_every_metric_follows_produce_fetch_and_share_acknowledgements(mbroker: 
         consumer.close()
 
 
+def test_a_deleted_topics_counts_go_with_it(mbroker: Any, topic_name: str) -> None:
+    """As Kafka removes a deleted topic's BrokerTopicMetrics: produced, fetched by a Consumer and
+    a ShareConsumer, then deleted, the topic has no series left; a topic of the same name made
+    again starts from nothing."""
+    from confluent_kafka.admin import AdminClient
+
+    addr = metrics_address(mbroker)
+    create_topic(mbroker.bootstrap, topic_name)
+    group = new_group()
+    set_earliest(mbroker.bootstrap, group)
+    produce_values(mbroker.bootstrap, topic_name, [b"one", b"two"])
+    c = share_consumer(mbroker.bootstrap, group, [topic_name])
+    try:
+        poll_until(c, lambda got: len(got) >= 2, TIMEOUT)
+    finally:
+        _closing(c)
+    consumer = Consumer(consumer_conf(mbroker.bootstrap))
+    consumer.subscribe([topic_name])
+    try:
+        got: list[Any] = []
+        wait_for(lambda: got.extend(m for m in consumer.consume(5, 0.2) if not m.error()) or len(got) >= 2,
+                 TIMEOUT, interval=0.0, message="the classic consumer reads both records")
+    finally:
+        consumer.close()
+
+    def series(s: Samples) -> set[str]:
+        return {name for name, labels in s if ("topic", topic_name) in labels
+                and name.startswith("kafka_server_brokertopicmetrics_")}
+
+    wait_for(lambda: {"kafka_server_brokertopicmetrics_messagesin_total", "kafka_server_brokertopicmetrics_bytesout_total",
+                      "kafka_server_brokertopicmetrics_totalsharefetchrequests_total"} <= series(scrape(addr)),
+             TIMEOUT, interval=0.1, message="the topic's counts")
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    for f in admin.delete_topics([topic_name]).values():
+        f.result(TIMEOUT)
+    wait_for(lambda: not series(scrape(addr)), TIMEOUT, interval=0.1, message="the deleted topic's counts gone")
+    create_topic(mbroker.bootstrap, topic_name)
+    produce_values(mbroker.bootstrap, topic_name, [b"three"])
+    wait_for(lambda: value(scrape(addr), "kafka_server_brokertopicmetrics_messagesin_total", topic=topic_name) == 1,
+             TIMEOUT, interval=0.1, message="the new topic counted from nothing")
+    assert series(scrape(addr)) == {"kafka_server_brokertopicmetrics_messagesin_total",
+                                    "kafka_server_brokertopicmetrics_bytesin_total"}
+
+
 def test_errors_are_counted_by_request_and_code(mbroker: Any, topic_name: str) -> None:
     """Every error code of a response is counted, NONE included (Kafka's errorCounts)."""
     addr = metrics_address(mbroker)

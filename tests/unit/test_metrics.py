@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -39,34 +38,28 @@ def test_histogram_buckets_are_cumulative_with_inf_and_sum() -> None:
     assert h.sum == 54.5
 
 
-def _partition(topic: str) -> SimpleNamespace:
-    return SimpleNamespace(topic=SimpleNamespace(name=topic))
-
-
 def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
     r = MetricsRecorder()
-    orders, orders1, audit = _partition("orders"), _partition("orders"), _partition("audit")
     r.request((0, 11), 0.3, {"NONE": 1})
     r.request((0, 11), 7.0, {"NONE": 2, "NOT_LEADER_OR_FOLLOWER": 1})
     r.request((78, 2), 499.0, {"SHARE_SESSION_NOT_FOUND": 1})
-    r.request((0, 9), 0.2, {"NONE": 2}, [("orders", 10, 1200), ("orders", 5, 600)])
-    r.fetched("orders", 1000)  # a Fetch
-    # a ShareAcknowledge: two partitions of orders (one refused) and one of audit, refused
-    r.request((79, 1), 1.0, {"NONE": 3, "INVALID_RECORD_STATE": 2}, (None, None, [
-        (orders, 0, [(0, 6, [ACCEPT]), (7, 9, [RELEASE, 0, RELEASE])]),  # gaps (0) are not counted
-        (orders1, 55, None), (audit, 55, None)]))
-    # a ShareFetch acknowledging one partition and fetching from two, one of which failed
-    r.request((78, 1), 2.0, {"NONE": 3, "UNKNOWN_TOPIC_ID": 1}, ({"orders": False, "audit": True},
-                                                                 [(orders, 800)], [(orders1, 0, [(10, 12, [REJECT])])]))
+    r.fetched("orders", 1000)  # a Fetch's (a ShareFetch's are counted on the partition)
+    r.fetched("orders", 800)
+    r.share_acknowledged([(0, 6, [ACCEPT]), (7, 9, [RELEASE, 0, RELEASE])])  # gaps (0) are not counted
+    r.share_acknowledged([(10, 12, [REJECT])])
+    # a ShareAcknowledge of two partitions of orders (one refused) and one of audit, refused
+    r.request((79, 1), 1.0, {"NONE": 3, "INVALID_RECORD_STATE": 2}, (None, {"orders": True, "audit": True}))
+    # a ShareFetch acknowledging orders and fetching from orders and audit, whose partition failed
+    r.request((78, 1), 2.0, {"NONE": 3, "UNKNOWN_TOPIC_ID": 1}, ({"orders": False, "audit": True}, {"orders": False}))
     # two ShareFetches without a failed partition, with the keys the session keeps
     for _ in range(2):
-        r.request((78, 1), 2.0, all_none(2), ((("fetch", "orders"),), None, None))
-    assert r.requests == {(0, 11): 2, (0, 9): 1, (78, 2): 1, (79, 1): 1, (78, 1): 3}
-    assert r.errors == {(0, "NONE"): 5, (0, "NOT_LEADER_OR_FOLLOWER"): 1, (78, "SHARE_SESSION_NOT_FOUND"): 1,
+        r.request((78, 1), 2.0, all_none(2), ((("fetch", "orders"),), None))
+    assert r.requests == {(0, 11): 2, (78, 2): 1, (79, 1): 1, (78, 1): 3}
+    assert r.errors == {(0, "NONE"): 3, (0, "NOT_LEADER_OR_FOLLOWER"): 1, (78, "SHARE_SESSION_NOT_FOUND"): 1,
                         (79, "NONE"): 3, (79, "INVALID_RECORD_STATE"): 2, (78, "NONE"): 7,
                         (78, "UNKNOWN_TOPIC_ID"): 1}
-    assert r.latency[0].cumulative()[1] == ("0.5", 2) and r.latency[0].cumulative()[-1] == ("+Inf", 3)
-    assert (r.messages_in, r.bytes_in, r.bytes_out) == ({"orders": 15}, {"orders": 1800}, {"orders": 1800})
+    assert r.latency[0].cumulative()[1] == ("0.5", 1) and r.latency[0].cumulative()[-1] == ("+Inf", 2)
+    assert r.bytes_out == {"orders": 1800}
     assert r.record_acks == {ACCEPT: 7, RELEASE: 2, REJECT: 3, 4: 0}
     assert r.share_requests_total == {("acknowledgement", "orders"): 2, ("acknowledgement", "audit"): 1,
                                       ("fetch", "orders"): 3, ("fetch", "audit"): 1}
@@ -77,10 +70,10 @@ def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
 def test_the_journal_folds_when_full_and_when_read() -> None:
     r = MetricsRecorder()
     for _ in range(5000):
-        r.request((78, 1), 0.1, all_none(2), ((("fetch", "jobs"),), [(_partition("jobs"), 70)], None))
+        r.request((78, 1), 0.1, all_none(2), ((("fetch", "jobs"),), {"jobs": False}))
     assert len(r.journal) == 5000 % FOLD_AT  # folded twice on the way
-    assert r.bytes_out == {"jobs": 350_000} and not r.journal
-    assert r.share_requests_total == {("fetch", "jobs"): 5000}
+    assert r.share_requests_total == {("fetch", "jobs"): 5000, ("acknowledgement", "jobs"): 5000}
+    assert not r.journal
     assert r.requests == {(78, 1): 5000} and r.errors == {(78, "NONE"): 10_000}
 
 
