@@ -37,6 +37,7 @@ from sharebroker.testing import BrokerProcess
 GROUP = "bench-share-group"
 SCRAPE_EVERY_S = 1.0  # --scrape-every
 VIEW_EVERY_S = 1.0  # --view-every: the live view's poll (GET /api/view), as view.js does
+AA = False  # --aa
 
 
 def _scrape(port: int, path: str = "/metrics") -> str:
@@ -50,7 +51,9 @@ def _scrape(port: int, path: str = "/metrics") -> str:
 
 @contextmanager
 def broker(metrics: bool) -> Iterator[tuple[BrokerProcess, int | None]]:
-    """A fresh broker subprocess, with metrics on an ephemeral port or without; (broker, port)."""
+    """A fresh broker subprocess, with metrics on an ephemeral port or without; (broker, port).
+    With --aa, the "on" broker is one without metrics too: the method's own bias."""
+    metrics = metrics and not AA
     tmp = Path(tempfile.mkdtemp(prefix="sharebroker-bench-metrics-"))
     b = BrokerProcess(tmp / "data", {"metrics.listener": "127.0.0.1:0"} if metrics else {})
     try:
@@ -306,9 +309,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="run the off and on brokers one after the other instead of at the same time")
     ap.add_argument("--at-size", default="500,1000",
                     help="TOPICS,GROUPS: the endpoint's fixed costs on a broker that large ('' to skip)")
+    ap.add_argument("--aa", action="store_true",
+                    help="an A/A run: the 'on' broker without metrics too, for the method's own bias")
     ap.add_argument("--out", type=Path, default=None, help="write metrics_overhead.json into this folder")
     args = ap.parse_args(argv)
-    global SCRAPE_EVERY_S, VIEW_EVERY_S
+    global SCRAPE_EVERY_S, VIEW_EVERY_S, AA
+    AA = args.aa
     SCRAPE_EVERY_S = args.scrape_every
     VIEW_EVERY_S = args.view_every
     results: dict[str, Any] = {}
