@@ -131,7 +131,14 @@ async def _fetch(broker: Broker, group_id: str, member_id: str, session: ShareSe
                 + [broker.share.waiter(leader.key) for _, _, leader in leaders])
 
     clock = broker.clock
-    deadline = clock.monotonic_ms() + max(body.max_wait // _MS, 0)
+    wait_ms = max(body.max_wait // _MS, 0)
+    workers = broker.workers
+    if workers is not None and wait_ms > workers.share_fetch_wait_ms and any(
+            len(p.topic.partitions) > 1 for _, p, _ in leaders):
+        # The member's other partitions are led by another worker, and librdkafka fetches records
+        # from one broker at a time: a long poll here would hold up what is acquirable there.
+        wait_ms = workers.share_fetch_wait_ms
+    deadline = clock.monotonic_ms() + wait_ms
     await delayed_fetch(attempt, lambda got_any: got_any or not leaders, wakeups, deadline, clock)
 
 

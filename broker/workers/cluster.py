@@ -67,10 +67,20 @@ _GROUP_IDS: dict[int, Any] = {
 }
 
 
+# The longest a ShareFetch waits for records when the member's topic has partitions on another
+# worker (a topic of two or more partitions always has: consecutive partitions go to different
+# workers). librdkafka's ShareConsumer sends its record-fetching ShareFetch to one broker at a time
+# and picks the next broker only once that one is answered, so a fetch that waited out MaxWaitMs
+# (fetch.wait.max.ms, 500 ms by default) on a worker with nothing to acquire kept the records
+# acquirable on the other worker waiting just as long. An idle member asks again this often.
+SHARE_FETCH_WAIT_MS = 50
+
+
 class WorkerCluster:
     def __init__(self, broker: Broker, identity: WorkerIdentity) -> None:
         self.broker = broker
         self.identity = identity
+        self.share_fetch_wait_ms = SHARE_FETCH_WAIT_MS
         self.peers = {i: Peer(*identity.endpoint(i), identity.node_ids[i], f"sharebroker-worker-{identity.index}")
                       for i in range(identity.count) if i != identity.index}
         self._group_configs_seen: tuple[int, int, int] | None = None

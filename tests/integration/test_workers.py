@@ -209,3 +209,38 @@ def test_a_worker_that_dies_stops_the_broker(sharebroker_factory: Any) -> None:
         with open(f"/proc/{pid}/stat") as f:  # a zombie until its parent (the test) reaps it
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     wait_for(lambda: gone(pids[0]), timeout=30, message="worker 0 stopped")
+
+
+def test_a_share_consumer_is_not_held_up_by_a_long_poll_on_the_other_worker(sharebroker_factory: Any) -> None:
+    """librdkafka's ShareConsumer sends its record-fetching ShareFetch to one broker at a time and
+    turns to the next only once that one answers. A worker with nothing to acquire for the member
+    must not hold its fetch for the whole MaxWaitMs (here 30 s) while the member's jobs wait on the
+    other worker: draining them takes far less than one such wait (before the fix, at least one)."""
+    broker = sharebroker_factory(WORKERS)
+    w0, w1 = _bootstraps(broker)
+    topic = "share-no-stall"
+    create_topic(w0, topic, partitions=2)
+    leaders = wait_for(lambda: _leaders(w1, topic), timeout=15, message="topic visible through worker 1")
+    assert set(leaders.values()) == {1, 2}  # partition 1 (empty) is led by the other worker
+    group = new_group()
+    set_earliest(w1, group)
+    n = 60
+    _produce(w0, topic, n, 1, **{"linger.ms": 0, "batch.num.messages": 1})  # all on partition 0, one per batch
+    c = share_consumer(w1, group, [topic], explicit=True,
+                       **{"fetch.wait.max.ms": 30000, "max.poll.records": 1})
+    seen: set[int] = set()
+    try:
+        def step() -> bool:
+            for m in poll_once(c, 0.2):
+                if m.error() is None:
+                    seen.add(m.offset())
+                    c.acknowledge(m)
+            return len(seen) >= n
+        def first() -> bool:
+            return bool(seen) or step()
+        # the clock starts at the first job (a member's first fetch may find no assignment yet)
+        wait_for(first, timeout=60, interval=0, message="the first job")
+        wait_for(step, timeout=15, interval=0, message=f"{n} jobs drained without waiting out a 30 s long poll")
+    finally:
+        c.close()
+    assert seen == set(range(n))
