@@ -123,7 +123,8 @@ class Histogram:
         return out
 
 
-# One request as noted: (API key, version), time in ms, error codes by name, what it moved.
+# One request as noted: (API key, version), time in ms, error codes by name, and for a share
+# request the topics it asked of.
 JournalEntry = tuple[tuple[int, int], float, dict[str, int], ShareFacts | None]
 
 
