@@ -343,9 +343,16 @@ class LogSegment:
         if not n:
             return None
         data = self._read_index(self._stem + ".index")
+        offsets = None
         if data is not None and len(data) == n * INDEX_ENTRY:
             offsets = _decode_offset_index(data)
-        else:
+            rel, pos = offsets
+            # Entries written by the broker are in order and inside the log (checked at C speed:
+            # sorting sorted values is one pass); a file overwritten since is not trusted.
+            if (min(rel) < 0 or min(pos) < 0 or max(pos) >= self.size
+                    or not _strictly_increasing(rel) or not _strictly_increasing(pos)):
+                offsets = None
+        if offsets is None:
             # The file changed under us: keep its valid prefix, as a start-up would.
             self._load_offset_index(data or b"", f"{self.index_path.name} changed since it was written")
             offsets = self._offsets
@@ -365,9 +372,13 @@ class LogSegment:
         if not n:
             return None
         data = self._read_index(self._stem + ".timeindex")
+        times = None
         if data is not None and len(data) == n * TIME_INDEX_ENTRY:
             times = _decode_time_index(data)
-        else:
+            ts, rel = times
+            if min(rel) < 0 or not _strictly_increasing(ts) or list(rel) != sorted(rel):
+                times = None  # not what was written: checked as at start-up below
+        if times is None:
             self._load_time_index(data or b"", f"{self.timeindex_path.name} changed since it was written")
             times = self._times
             assert times is not None

@@ -605,6 +605,32 @@ def test_a_sealed_index_file_damaged_after_sealing_is_read_back_as_its_valid_pre
     again.close()
 
 
+def test_a_sealed_index_overwritten_in_place_is_not_trusted_when_read_back(tmp_path: Path) -> None:
+    """An index file of the same size whose entries were overwritten after sealing (an entry now
+    points past the log): read back, it is checked as at start-up, only its valid leading entries
+    are used, and every record is still read from its offset."""
+    config = LogConfig(segment_bytes=3000, index_interval_bytes=150)
+    log = open_log(tmp_path / "t-0", config)
+    feed = Feed(log)
+    while len(log.segments) < 3:
+        feed.put(1, size=60)
+    seg = log.segments[0]
+    assert not seg.index_loaded
+    entries = index_file(seg.index_path)
+    assert len(entries) > 4
+    rel2, _ = entries[2]
+    with open(seg.index_path, "r+b") as f:
+        f.seek(2 * 8)
+        f.write(struct.pack(">ii", rel2, seg.size + 100))
+    for offset in range(seg.base_offset, seg.next_offset):
+        assert decode(log.read(offset, 1).records)[0][0] == offset
+    assert any("changed since it was written" in d for d in seg.index_damage)
+    for offset in range(seg.base_offset, seg.next_offset):
+        before = [pos for rel, pos in entries[:2] if rel <= offset]
+        assert seg.lookup(offset) == (before[-1] if before else 0)
+    log.close()
+
+
 def test_a_sealed_segment_keeps_entries_it_could_not_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """If a segment's index entries cannot be written when it is sealed (a full disk), the roll
     goes on, the segment keeps them in memory (the index cache does not drop them) until a flush
