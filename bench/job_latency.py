@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import clients
-from bench.run import CTX, FreshBroker, child, create_topic, reap, run_for_result, summarize
+from bench.run import CTX, FreshBroker, child, create_topic, paced_latencies, percentiles, reap, summarize
 
 TOPIC = "jobs-latency"
 GROUP = "latency-workers"
@@ -61,28 +61,12 @@ def acking_consumer(bootstrap: str, index: int, max_poll: int, warmup_records: i
 
 
 def _measure(bootstrap: str, rate: int, seconds: float, consumers: int, max_poll: int) -> dict[str, Any]:
-    stop, received, q = CTX.Event(), CTX.Value("q", 0), CTX.Queue()
     warmup_records = int(rate * WARMUP_S)
-    procs = [child(acking_consumer, bootstrap, i, max_poll, warmup_records, stop, received, q)
-             for i in range(consumers)]
-    time.sleep(1.0)  # the consumers join before the paced producer starts (the warm-up covers stragglers)
-    prod = run_for_result(clients.live_producer, bootstrap, TOPIC, rate, WARMUP_S, seconds, 100, 0,
-                          timeout=seconds + 60)
-    deadline = time.monotonic() + 30
-    while received.value < prod["produced"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    results = [q.get(timeout=30) for _ in procs]
-    reap(procs)
-    errors = [r["error"] for r in results if "error" in r]
-    if errors:
-        raise RuntimeError("; ".join(errors))
-    lat = sorted(v for r in results for v in r["latencies_ms"])
-    expected = prod["produced"] - prod["warmup_records"]
-    if len(lat) < expected:
-        raise RuntimeError(f"acknowledged {len(lat)}/{expected} measured jobs")
-    return {"jobs": len(lat), "achieved_rate": prod["achieved_rate"],
-            "p50_ms": lat[len(lat) // 2], "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))], "max_ms": lat[-1],
+    lat, prod, results = paced_latencies(
+        bootstrap, TOPIC, [(acking_consumer, (bootstrap, i, max_poll, warmup_records)) for i in range(consumers)],
+        rate, WARMUP_S, seconds, 0, 30)
+    p50, p99, pmax = percentiles(lat)
+    return {"jobs": len(lat), "achieved_rate": prod["achieved_rate"], "p50_ms": p50, "p99_ms": p99, "max_ms": pmax,
             "failed_commits": sum(r["failed_commits"] for r in results)}
 
 

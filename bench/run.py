@@ -254,33 +254,50 @@ def peer_mock_produce(scale: dict, runs: int, size: int = 1024) -> dict[str, Any
 # the other workloads
 
 
+def paced_latencies(bootstrap: str, topic: str, consumers: list[tuple[Callable, tuple]], rate: int,
+                    warmup_s: float, seconds: float, linger_ms: int, settle_s: float
+                    ) -> tuple[list[float], dict[str, Any], list[dict[str, Any]]]:
+    """Start the consumer processes (each `target(*args, stop, received, out)`, putting a dict with
+    "latencies_ms" of the records sent after the warm-up), produce `rate` records a second for
+    `warmup_s` + `seconds` (clients.live_producer), wait up to `settle_s` for them all to be
+    received, and return the sorted latencies, the producer's result and the consumers' results."""
+    stop, received, q = CTX.Event(), CTX.Value("q", 0), CTX.Queue()
+    procs = [child(target, *args, stop, received, q) for target, args in consumers]
+    time.sleep(1.0)  # let the consumers join before the paced producer starts
+    prod = run_for_result(clients.live_producer, bootstrap, topic, rate, warmup_s, seconds, 100, linger_ms,
+                          timeout=seconds + 60)
+    deadline = time.monotonic() + settle_s
+    while received.value < prod["produced"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    results = [q.get(timeout=30) for _ in procs]
+    reap(procs)
+    errs = [x["error"] for x in results if "error" in x]
+    if errs:
+        raise RuntimeError("; ".join(errs))
+    lat = sorted(v for x in results for v in x["latencies_ms"])
+    expected = prod["produced"] - prod["warmup_records"]
+    if len(lat) < expected:
+        raise RuntimeError(f"{topic}: {len(lat)}/{expected} measured records")
+    return lat, prod, results
+
+
+def percentiles(lat: list[float]) -> tuple[float, float, float]:
+    """p50, p99 and max of sorted latencies."""
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], lat[-1]
+
+
 def w2_share_live(scale: dict, runs: int, rate: int = 5000, warmup_s: float = 2.0, linger_ms: int = 5) -> dict[str, Any]:
     p50, p99, pmax, achieved = [], [], [], []
     for r in range(runs):
         with FreshBroker() as b:
             create_topic(b.bootstrap, "bench-live", PARTITIONS, share_group="bench-live-group")
-            stop, received, q = CTX.Event(), CTX.Value("q", 0), CTX.Queue()
-            cons = [child(clients.live_consumer, b.bootstrap, "bench-live", "bench-live-group", i,
-                          int(rate * warmup_s), stop, received, q) for i in range(2)]
-            time.sleep(1.0)  # let the consumers join before the paced producer starts
-            prod = run_for_result(clients.live_producer, b.bootstrap, "bench-live", rate, warmup_s,
-                                  scale["live_seconds"], 100, linger_ms, timeout=scale["live_seconds"] + 60)
-            deadline = time.monotonic() + 10
-            while received.value < prod["produced"] and time.monotonic() < deadline:
-                time.sleep(0.05)
-            stop.set()
-            results = [q.get(timeout=30) for _ in cons]
-            reap(cons)
-        errs = [x["error"] for x in results if "error" in x]
-        if errs:
-            raise RuntimeError("; ".join(errs))
-        lat = sorted(v for x in results for v in x["latencies_ms"])
-        expected = prod["produced"] - prod["warmup_records"]
-        if len(lat) < expected:
-            raise RuntimeError(f"live: received {len(lat)}/{expected} measured records")
-        p50.append(lat[len(lat) // 2])
-        p99.append(lat[min(len(lat) - 1, int(len(lat) * 0.99))])
-        pmax.append(lat[-1])
+            consumers = [(clients.live_consumer, (b.bootstrap, "bench-live", "bench-live-group", i,
+                                                  int(rate * warmup_s))) for i in range(2)]
+            lat, prod, _ = paced_latencies(b.bootstrap, "bench-live", consumers, rate, warmup_s,
+                                           scale["live_seconds"], linger_ms, 10)
+        for figures, value in zip((p50, p99, pmax), percentiles(lat)):
+            figures.append(value)
         achieved.append(prod["achieved_rate"])
         print(f"  w2 run {r + 1}: p50 {p50[-1]:.2f} ms, p99 {p99[-1]:.2f} ms, max {pmax[-1]:.2f} ms "
               f"({len(lat):,} records, producer at {prod['achieved_rate']:,.0f}/s)", flush=True)
