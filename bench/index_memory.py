@@ -10,11 +10,9 @@ read back and when it is already in memory.
 from __future__ import annotations
 
 import argparse
-import gc
 import random
 import tempfile
 import time
-from array import array
 from pathlib import Path
 
 from sharebroker.protocol.record_batch import encode_batch, parse_batches
@@ -32,14 +30,8 @@ def rss_mb() -> float:
 
 
 def held_mb(log: PartitionLog) -> float:
-    """Bytes of index arrays the log's segments refer to (directly or in a tuple)."""
-    total = 0
-    for seg in log.segments:
-        for ref in gc.get_referents(seg):
-            for arr in (ref if isinstance(ref, tuple) else (ref,)):
-                if isinstance(arr, array):
-                    total += arr.itemsize * len(arr)
-    return total / 1e6
+    """Index entries the log's segments hold in memory."""
+    return sum(seg.index_bytes_held for seg in log.segments) / 1e6
 
 
 def main(argv: list[str] | None = None) -> None:

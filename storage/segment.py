@@ -319,6 +319,11 @@ class LogSegment:
         """Whether any index entries are held in memory (for tests and tools)."""
         return self._offsets is not None or self._times is not None
 
+    @property
+    def index_bytes_held(self) -> int:
+        """Bytes of index entries held in memory (for tools)."""
+        return sum(a.itemsize * len(a) for pair in (self._offsets, self._times) if pair is not None for a in pair)
+
     def index_list(self) -> list[tuple[int, int]]:
         """(absolute offset, position) of each offset-index entry (for tests and tools)."""
         b = self.base_offset

@@ -575,11 +575,10 @@ def test_lookups_into_dropped_sealed_indexes_find_the_same_positions(tmp_path: P
     log.close()
 
 
-def test_a_sealed_index_file_damaged_after_sealing_is_read_back_as_its_valid_prefix(tmp_path: Path) -> None:
-    """An index file cut short or overwritten after its segment was sealed (not by the broker):
-    read back, only its valid leading entries are used (reads stay right, walking further), the
-    file is trimmed to them at the next flush, and a restart rebuilds the rest from the log."""
-    config = LogConfig(segment_bytes=3000, index_interval_bytes=150)
+def _sealed_first_segment(tmp_path: Path, config: LogConfig) -> tuple[PartitionLog, Feed, LogSegment,
+                                                                      list[tuple[int, int]]]:
+    """A log rolled twice: its first segment sealed, its index dropped from memory, with more
+    than four entries in its file (returned)."""
     log = open_log(tmp_path / "t-0", config)
     feed = Feed(log)
     while len(log.segments) < 3:
@@ -588,6 +587,15 @@ def test_a_sealed_index_file_damaged_after_sealing_is_read_back_as_its_valid_pre
     assert not seg.index_loaded
     entries = index_file(seg.index_path)
     assert len(entries) > 4
+    return log, feed, seg, entries
+
+
+def test_a_sealed_index_file_damaged_after_sealing_is_read_back_as_its_valid_prefix(tmp_path: Path) -> None:
+    """An index file cut short or overwritten after its segment was sealed (not by the broker):
+    read back, only its valid leading entries are used (reads stay right, walking further), the
+    file is trimmed to them at the next flush, and a restart rebuilds the rest from the log."""
+    config = LogConfig(segment_bytes=3000, index_interval_bytes=150)
+    log, feed, seg, entries = _sealed_first_segment(tmp_path, config)
     with open(seg.index_path, "r+b") as f:
         f.truncate(3 * 8 + 5)  # three entries and part of a fourth
     for offset in range(seg.base_offset, seg.next_offset):
@@ -610,14 +618,7 @@ def test_a_sealed_index_overwritten_in_place_is_not_trusted_when_read_back(tmp_p
     points past the log): read back, it is checked as at start-up, only its valid leading entries
     are used, and every record is still read from its offset."""
     config = LogConfig(segment_bytes=3000, index_interval_bytes=150)
-    log = open_log(tmp_path / "t-0", config)
-    feed = Feed(log)
-    while len(log.segments) < 3:
-        feed.put(1, size=60)
-    seg = log.segments[0]
-    assert not seg.index_loaded
-    entries = index_file(seg.index_path)
-    assert len(entries) > 4
+    log, feed, seg, entries = _sealed_first_segment(tmp_path, config)
     rel2, _ = entries[2]
     with open(seg.index_path, "r+b") as f:
         f.seek(2 * 8)
