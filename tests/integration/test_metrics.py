@@ -78,6 +78,13 @@ def mbroker(make_broker: Any) -> Iterator[Broker]:
     yield broker
 
 
+def read_at_least(consumer: Consumer, n: int, what: str) -> None:
+    """Consume until `n` records (not errors) have come."""
+    got: list[Any] = []
+    wait_for(lambda: got.extend(m for m in consumer.consume(n, 0.2) if not m.error()) or len(got) >= n,
+             TIMEOUT, interval=0.0, message=what)
+
+
 def _closing(*consumers: Any) -> None:
     for c in consumers:
         with contextlib.suppress(Exception):
@@ -186,9 +193,7 @@ def test_every_metric_follows_produce_fetch_and_share_acknowledgements(mbroker: 
     consumer = Consumer(consumer_conf(mbroker.bootstrap))
     consumer.subscribe([topic_name])
     try:
-        got: list[Any] = []
-        wait_for(lambda: got.extend(m for m in consumer.consume(5, 0.2) if not m.error()) or len(got) >= 5,
-                 TIMEOUT, interval=0.0, message="the classic consumer reads all five records")
+        read_at_least(consumer, 5, "the classic consumer reads all five records")
         s = scrape(addr)
         assert value(s, "kafka_coordinator_group_groupmetadatamanager_numgroupsstable") == 1
         assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="classic") == 1
@@ -219,9 +224,7 @@ def test_a_deleted_topics_counts_go_with_it(mbroker: Any, topic_name: str) -> No
     consumer = Consumer(consumer_conf(mbroker.bootstrap))
     consumer.subscribe([topic_name])
     try:
-        got: list[Any] = []
-        wait_for(lambda: got.extend(m for m in consumer.consume(5, 0.2) if not m.error()) or len(got) >= 2,
-                 TIMEOUT, interval=0.0, message="the classic consumer reads both records")
+        read_at_least(consumer, 2, "the classic consumer reads both records")
     finally:
         consumer.close()
 
@@ -309,9 +312,7 @@ def test_consumer_protocol_groups_by_state_and_rebalances(mbroker: Any, topic_na
     consumer = Consumer(conf)
     consumer.subscribe([topic_name])
     try:
-        got: list[Any] = []
-        wait_for(lambda: got.extend(m for m in consumer.consume(1, 0.2) if not m.error()) or got,
-                 TIMEOUT, interval=0.0, message="the consumer-protocol member reads the record")
+        read_at_least(consumer, 1, "the consumer-protocol member reads the record")
         wait_for(lambda: value(scrape(addr), "kafka_server_group_coordinator_metrics_consumer_group_count",
                                state="Stable") == 1, TIMEOUT, interval=0.1, message="a stable consumer group")
         s = scrape(addr)
