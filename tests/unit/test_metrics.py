@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sharebroker.broker.metrics import (
     FOLD_AT,
+    LATENCY_BUCKETS_MS,
     NULL_RECORDER,
     Histogram,
     MetricsRecorder,
@@ -75,6 +78,49 @@ def test_the_journal_folds_when_full_and_when_read() -> None:
     assert r.share_requests_total == {("fetch", "jobs"): 5000, ("acknowledgement", "jobs"): 5000}
     assert not r.journal
     assert r.requests == {(78, 1): 5000} and r.errors == {(78, "NONE"): 10_000}
+
+
+_TOPICS = st.sampled_from(["orders", "audit", "jobs"])
+_ENTRY = st.tuples(
+    st.sampled_from([(0, 9), (0, 11), (78, 1), (79, 1), (3, 12)]),
+    st.floats(min_value=0.0, max_value=40_000.0),
+    st.one_of(st.sampled_from([all_none(1), all_none(2)]),
+              st.dictionaries(st.sampled_from(["NONE", "NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_ID"]),
+                              st.integers(1, 3), min_size=1)),
+    st.one_of(st.none(), st.tuples(
+        st.one_of(st.none(), st.sampled_from([(("fetch", "jobs"),), (("fetch", "orders"), ("fetch", "audit"))]),
+                  st.dictionaries(_TOPICS, st.booleans(), min_size=1)),
+        st.one_of(st.none(), st.dictionaries(_TOPICS, st.booleans(), min_size=1)))))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_ENTRY, max_size=60))
+def test_a_fold_counts_what_counting_each_request_in_turn_counts(journal: list) -> None:
+    """The fold groups and tallies its entries; the counts must be those of taking them one by one."""
+    requests: dict = {}
+    errors: dict = {}
+    total: dict = {}
+    failed: dict = {}
+    latency: dict = {}
+    for key, ms, errs, share in journal:
+        requests[key] = requests.get(key, 0) + 1
+        latency.setdefault(key[0], Histogram(LATENCY_BUCKETS_MS)).observe(ms)
+        for name, n in errs.items():
+            errors[(key[0], name)] = errors.get((key[0], name), 0) + n
+        fetch, acknowledged = share or (None, None)
+        for kind, topics in (("fetch", fetch), ("acknowledgement", acknowledged)):
+            if isinstance(topics, tuple):
+                topics = {topic: False for _, topic in topics}
+            for topic, any_failed in (topics or {}).items():
+                total[(kind, topic)] = total.get((kind, topic), 0) + 1
+                if any_failed:
+                    failed[(kind, topic)] = failed.get((kind, topic), 0) + 1
+    r = MetricsRecorder()
+    r.journal.extend(journal)
+    assert r.requests == requests and r.errors == errors
+    assert r.share_requests_total == total and r.share_requests_failed == failed
+    assert {k: h.counts for k, h in r.latency.items()} == {k: h.counts for k, h in latency.items()}
+    assert {k: h.sum for k, h in r.latency.items()} == pytest.approx({k: h.sum for k, h in latency.items()})
 
 
 def test_error_counts_walk_a_kio_response_as_kafkas_error_counts() -> None:
