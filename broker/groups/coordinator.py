@@ -161,7 +161,8 @@ class ShareGroupCoordinator:
         """After the replay: groups restored against today's topics, members given fresh deadlines."""
         now = self.clock.monotonic_ms()
         for group in self.groups.values():
-            group.restore(self._topic_infos(group.subscribed_topic_names()))
+            # the subscriptions from the members' records: the group's own count is rebuilt by restore
+            group.restore(self._topic_infos({t for m in group.members.values() for t in m.subscribed}))
             timeout = self.config(group.group_id).share_session_timeout_ms
             for m in group.members.values():
                 group.set_deadline(m, now + timeout)  # members that do not come back expire normally
