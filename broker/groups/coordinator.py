@@ -305,7 +305,11 @@ class ShareGroupCoordinator:
     def config(self, group_id: str) -> GroupConfig:
         cached = self._config_cache.get(group_id)
         if cached is None:
-            cached = group_config(self.broker_config, self.configs.get(group_id, {}))
+            def capped(name: str, stored: Any, effective: Any) -> None:
+                # Kafka's GroupConfigManager warns as it applies the group's configs
+                log.warning("group config capped to the broker's bounds", group=group_id, config=name,
+                            value=stored, effective=effective)
+            cached = group_config(self.broker_config, self.configs.get(group_id, {}), capped)
             self._config_cache[group_id] = cached
         return cached
 
