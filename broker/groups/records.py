@@ -1,9 +1,9 @@
 """Kafka's share-group records in `__consumer_offsets` (reference schemas group-coordinator/):
 ShareGroupMemberMetadata (10), ShareGroupMetadata (11), ShareGroupTargetAssignmentMetadata (12,
 the time of the last target computation, which the assignment interval runs from),
-ShareGroupCurrentMemberAssignment (14) and ShareGroupStatePartitionMetadata (15). Keys are an int16 record type followed by the
-non-flexible v0 key; values an int16 version followed by the flexible v0 value. A null value is a
-tombstone."""
+ShareGroupCurrentMemberAssignment (14) and ShareGroupStatePartitionMetadata (15). Keys are an
+int16 record type followed by the non-flexible v0 key; values an int16 version followed by the
+flexible v0 value. A null value is a tombstone."""
 
 from __future__ import annotations
 
