@@ -973,7 +973,7 @@ def test_a_stored_dynamic_assignment_interval_outside_narrowed_bounds_is_capped(
     assert cfg.dynamic_values(False) == {name: "12000", "log.retention.ms": "60000"}
     entry = by_name(describe_broker_configs(cfg))[name]
     assert (entry.value, entry.source) == ("5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
-    assert group_config(cfg, {}).__getattribute__(f"{kind}_assignment_interval_ms") == 5000
+    assert getattr(group_config(cfg, {}), f"{kind}_assignment_interval_ms") == 5000
     with pytest.raises(ConfigError) as err:
         cfg.alter("log.retention.ms", "70000")
     assert str(err.value).startswith(f"{name} must be less than or equal to {high}")
