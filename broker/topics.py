@@ -215,9 +215,11 @@ class Topics:
             if not values:
                 continue
             try:
-                self._config.alter_many(values, per_broker=per_broker)
+                self._config.alter_many(values, per_broker=per_broker, stored=True)
             except ConfigError as exc:
                 notes.append(f"persisted dynamic broker configs ({scope}) not applied: {exc}")
+        for name, stored, effective in self._config.capped():  # Kafka warns as it caps them
+            log.warning("dynamic broker config capped to its bounds", config=name, value=stored, effective=effective)
         return notes
 
     def _index(self, topic: Topic) -> None:

@@ -106,6 +106,18 @@ def _cross_check(get: SettingLookup, explicit: Callable[[str], bool]) -> None:
             f"group.share.assignors must contain exactly one assignor, but found {len(assignors)}")
 
 
+# Dynamic settings that Kafka caps into their bounds (static settings) with a warning when it
+# applies the stored dynamic configs (GroupCoordinatorConfig.clampDynamicConfigs), so that bounds
+# narrowed by a restart leave the rest of the dynamic configs in force; a change is still checked
+# against the bounds with the stored values as they are, and refused outside them.
+CAPPED_DYNAMIC: dict[str, tuple[str, str]] = {
+    "group.consumer.assignment.interval.ms": ("group.consumer.min.assignment.interval.ms",
+                                              "group.consumer.max.assignment.interval.ms"),
+    "group.share.assignment.interval.ms": ("group.share.min.assignment.interval.ms",
+                                           "group.share.max.assignment.interval.ms"),
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # Broker configuration
 # ---------------------------------------------------------------------------------------------
@@ -197,11 +209,35 @@ class BrokerConfig:
     # -- reading -----------------------------------------------------------------------------------
 
     def value(self, name: str) -> Any:
-        """The effective typed value; unlike ``broker[name]``, list settings stay tuples."""
+        """The effective typed value; unlike ``broker[name]``, list settings stay tuples. A dynamic
+        value of `CAPPED_DYNAMIC` is capped into its bounds."""
+        for layer in (self._dynamic_broker, self._dynamic_default):
+            if name in layer:
+                value = layer[name]
+                return self._capped(name, value) if name in CAPPED_DYNAMIC else value
+        if name in self._static:
+            return self._static[name]
+        return _definition(name).default
+
+    def _stored_value(self, name: str) -> Any:
+        """The value as set, a dynamic one outside its bounds included: what a change is checked with."""
         for layer in (self._dynamic_broker, self._dynamic_default, self._static):
             if name in layer:
                 return layer[name]
         return _definition(name).default
+
+    def _capped(self, name: str, value: Any) -> Any:
+        low, high = (self.value(bound) for bound in CAPPED_DYNAMIC[name])
+        return low if value < low else high if value > high else value
+
+    def capped(self) -> list[tuple[str, Any, Any]]:
+        """(name, stored value, effective value) of each dynamic value capped into its bounds."""
+        out = []
+        for name in CAPPED_DYNAMIC:
+            stored, effective = self._stored_value(name), self.value(name)
+            if stored != effective:
+                out.append((name, stored, effective))
+        return out
 
     def __getitem__(self, name: str) -> Any:
         value = self.value(name)
@@ -257,8 +293,10 @@ class BrokerConfig:
         self.alter_many({name: raw_value}, per_broker=per_broker)
 
     def alter_many(self, changes: Mapping[str, str | None], *, per_broker: bool = False,
-                   validate_only: bool = False) -> None:
-        """Apply several dynamic changes atomically after validating each value and the result as a whole."""
+                   validate_only: bool = False, stored: bool = False) -> None:
+        """Apply several dynamic changes atomically after validating each value and the result as a
+        whole. As Kafka, a change is refused if a value is outside its bounds, even one of
+        `CAPPED_DYNAMIC`; values `stored` earlier (applied at start-up) are capped instead."""
         unknown = [name for name in changes if name not in BROKER_CONFIGS]
         if unknown:
             raise ConfigError(unknown[0], f"Unknown broker config name: {unknown[0]}")
@@ -276,7 +314,7 @@ class BrokerConfig:
             candidate._dynamic_broker = layer
         else:
             candidate._dynamic_default = layer
-        _cross_check(candidate.value, candidate.is_explicit)
+        _cross_check(candidate.value if stored else candidate._stored_value, candidate.is_explicit)
         if not validate_only:
             if per_broker:
                 self._dynamic_broker = layer

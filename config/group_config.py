@@ -3,7 +3,7 @@ min/max bounds, else the broker synonyms; and the validation of IncrementalAlter
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -98,19 +98,24 @@ def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str | Non
                 f"{session} must be greater than {heartbeat} ({session}={values[session]}, {heartbeat}={values[heartbeat]})")
 
 
-def group_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> GroupConfig:
-    """Effective group settings. Overridden numbers are clamped into the broker's current min/max (as
-    Kafka does when bounds change after a group value was stored); unknown names are ignored."""
+def group_config(broker: BrokerConfig, overrides: Mapping[str, str],
+                 on_capped: Callable[[str, Any, Any], None] | None = None) -> GroupConfig:
+    """Effective group settings. Overridden numbers are capped into the broker's current min/max, as
+    Kafka's GroupConfig.evaluate does when bounds changed after a group value was stored (a value
+    outside them is refused when set); `on_capped(name, stored, effective)` is told of each, for
+    Kafka's warning. Unknown names are ignored."""
     values: dict[str, Any] = {}
     for name, definition in GROUP_CONFIGS.items():
         raw = overrides.get(name)
         if raw is None:
             values[definition.attribute] = group_default(broker, definition)
             continue
-        value = definition.parse(raw)
+        stored = value = definition.parse(raw)
         if definition.min_config is not None:
             value = max(value, broker.value(definition.min_config))
         if definition.max_config is not None:
             value = min(value, broker.value(definition.max_config))
+        if value != stored and on_capped is not None:
+            on_capped(name, stored, value)
         values[definition.attribute] = value
     return GroupConfig(**values)

@@ -169,11 +169,18 @@ def _alter(broker: Broker, resource_type: int, name: str, changes: list[tuple[st
         return
     if resource_type == BROKER:
         _check_broker_name(broker, name, altering=True)
+        for config_name, op, _ in changes:
+            if op not in (SET, DELETE):
+                raise KafkaError(ErrorCode.invalid_config,
+                                 f"Config operation {op} is not supported for broker config {config_name}")
         try:
             broker.alter_broker_configs(changes, per_broker=name != "", incremental=incremental,
                                         validate_only=validate_only)
         except ConfigError as exc:
-            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+            # As Kafka's ConfigAdminManager, which answers a dynamic broker config that fails its
+            # validation (a value, a setting not dynamic, a rule such as a bound) with INVALID_REQUEST
+            # and the check's message (KAFKA-13609 keeps it so).
+            raise KafkaError(ErrorCode.invalid_request, str(exc)) from None
         return
     if resource_type == GROUP:
         _check_group_name(name)

@@ -1,6 +1,9 @@
 """The timers that compute a group's pending target assignment once Kafka's assignment interval
 has passed (`group.share.assignment.interval.ms`, `group.consumer.assignment.interval.ms`): one per
-group, each running the coordinator's assignment as a task of its own when due."""
+group, each running the coordinator's assignment as a task of its own when due. And the two
+conversions of the time of the last computation between this process's monotonic clock and the
+wall-clock AssignmentTimestamp (Kafka 4.3+) of the target-assignment metadata records, through
+which the interval runs on across a restart."""
 
 from __future__ import annotations
 
@@ -10,6 +13,24 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from sharebroker.broker.clock import Clock, TimerHandle
+
+
+def assignment_timestamp(clock: Clock, monotonic_ms: int | None) -> int:
+    """The wall-clock time of a computation's monotonic one, for AssignmentTimestamp (0: unknown,
+    or none yet)."""
+    if monotonic_ms is None:
+        return 0
+    return max(1, clock.wall_ms() - (clock.monotonic_ms() - monotonic_ms))
+
+
+def assignment_time(clock: Clock, timestamp_ms: int) -> int | None:
+    """A replayed AssignmentTimestamp on this process's monotonic clock: as Kafka, the interval
+    runs on from the last computation across a restart (a time ahead of the wall clock counts as
+    now); 0, from a broker before 4.3 or for an emptied group, means none (the next target may be
+    computed at once)."""
+    if timestamp_ms <= 0:
+        return None
+    return clock.monotonic_ms() - max(0, clock.wall_ms() - timestamp_ms)
 
 
 class AssignmentTimers:

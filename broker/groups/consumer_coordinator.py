@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.clock import ExpiryHold
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import consumer_records as rec
-from sharebroker.broker.groups.assignment_timers import AssignmentTimers
+from sharebroker.broker.groups.assignment_timers import AssignmentTimers, assignment_time, assignment_timestamp
 from sharebroker.broker.groups.assignors import assignor_name
 from sharebroker.broker.security.acl_store import AclOperation, ResourceType
 from sharebroker.broker.groups.classic_group import ClassicGroup, ClassicMember, JoinResult, SyncResult
@@ -203,7 +203,7 @@ class ConsumerGroupCoordinator:
             group.epoch = int(f["epoch"])  # type: ignore[call-overload]
         elif d.record_type == rec.TARGET_METADATA:
             group.assignment_epoch = int(f["assignment_epoch"])  # type: ignore[call-overload]
-            group.assignment_time_ms = self._monotonic_of(int(f["assignment_timestamp_ms"]))  # type: ignore[call-overload]
+            group.assignment_time_ms = assignment_time(self.clock, int(f["assignment_timestamp_ms"]))  # type: ignore[call-overload]
         elif d.record_type == rec.TARGET_MEMBER and d.second is not None:
             group.target[d.second] = f["assignment"]  # type: ignore[assignment]
         elif d.record_type == rec.REGULAR_EXPRESSION and d.second is not None:
@@ -249,23 +249,13 @@ class ConsumerGroupCoordinator:
         out.append(rec.group_metadata(gid, group.epoch))
         out += [rec.regular_expression(gid, r, ts, 0, 0) for r, ts in group.resolved.items()]
         out += [rec.target_member(gid, mid, a) for mid, a in group.target.items()]
-        out.append(rec.target_metadata(gid, group.assignment_epoch, self._wall_of(group.assignment_time_ms)))
+        out.append(self._target_metadata(group))
         out += [rec.current_assignment(gid, m.member_id, m.current) for m in group.members.values()]
         return out
 
-    def _wall_of(self, monotonic_ms: int | None) -> int:
-        """The wall-clock time of a monotonic one (0 for unknown), for AssignmentTimestamp."""
-        if monotonic_ms is None:
-            return 0
-        return max(1, self.clock.wall_ms() - (self.clock.monotonic_ms() - monotonic_ms))
-
-    def _monotonic_of(self, wall_ms: int) -> int | None:
-        """A replayed AssignmentTimestamp on this process's monotonic clock: as Kafka, the interval
-        runs on from the last computation across a restart (a time ahead of the wall clock counts
-        as now); 0, from a broker before 4.3, means unknown."""
-        if wall_ms <= 0:
-            return None
-        return self.clock.monotonic_ms() - max(0, self.clock.wall_ms() - wall_ms)
+    def _target_metadata(self, group: ConsumerGroup) -> Record:
+        return rec.target_metadata(group.group_id, group.assignment_epoch,
+                                   assignment_timestamp(self.clock, group.assignment_time_ms))
 
     def _restate(self, in_partition: Callable[[str], bool]) -> list[Record]:
         return [r for g in self.groups.values() if in_partition(g.group_id) for r in self._group_records(g)]
@@ -296,7 +286,7 @@ class ConsumerGroupCoordinator:
         records += [rec.target_member(gid, mid, group.target[mid]) for mid, sig in new.targets.items()
                     if old.targets.get(mid) != sig and mid in group.members]
         if new.assignment_epoch != old.assignment_epoch:
-            records.append(rec.target_metadata(gid, group.assignment_epoch, self._wall_of(group.assignment_time_ms)))
+            records.append(self._target_metadata(group))
         records += [rec.current_assignment(gid, mid, group.members[mid].current) for mid, sig in new.currents.items()
                     if old.currents.get(mid) != sig]
         if not records:

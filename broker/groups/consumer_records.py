@@ -116,9 +116,10 @@ def _read_classic_member_metadata(data: bytes) -> ClassicMetadata | None:
     return ClassicMetadata(session, tuple(protocols))
 
 
-def target_metadata(group_id: str, assignment_epoch: int, assignment_timestamp_ms: int = 0) -> Record:
-    """AssignmentTimestamp (Kafka 4.3+, tag 0, wall-clock ms at the end of the computation; 0 when
-    unknown) is left out at its default, as Kafka writes tagged fields."""
+def target_metadata_value(assignment_epoch: int, assignment_timestamp_ms: int = 0) -> bytes:
+    """The value of a target-assignment metadata record, the same for consumer (6) and share (12)
+    groups. AssignmentTimestamp (Kafka 4.3+, tag 0, wall-clock ms at the end of the computation; 0
+    when unknown) is left out at its default, as Kafka writes tagged fields."""
     w = Writer()
     w.i16(0)
     w.i32(assignment_epoch)
@@ -129,7 +130,19 @@ def target_metadata(group_id: str, assignment_epoch: int, assignment_timestamp_m
         w.i64(assignment_timestamp_ms)
     else:
         w.no_tags()
-    return key(TARGET_METADATA, group_id), bytes(w.out)
+    return bytes(w.out)
+
+
+def read_target_metadata(v: Reader) -> dict[str, int]:
+    """A target-assignment metadata value after its version: a record without the tagged
+    AssignmentTimestamp (before Kafka 4.3) reads as 0, unknown."""
+    epoch = v.i32()
+    return {"assignment_epoch": epoch,
+            "assignment_timestamp_ms": next((Reader(raw).i64() for tag, raw in v.tags() if tag == 0), 0)}
+
+
+def target_metadata(group_id: str, assignment_epoch: int, assignment_timestamp_ms: int = 0) -> Record:
+    return key(TARGET_METADATA, group_id), target_metadata_value(assignment_epoch, assignment_timestamp_ms)
 
 
 def target_member(group_id: str, member_id: str, a: Assignment) -> Record:
@@ -208,8 +221,7 @@ def decode(k: bytes, value: bytes | None) -> Decoded:
         fields.update(subscribed_regex=v.compact_str(), rebalance_timeout_ms=v.i32(), server_assignor=v.compact_str())
         fields["classic"] = next((_read_classic_member_metadata(raw) for tag, raw in v.tags() if tag == 0), None)
     elif record_type == TARGET_METADATA:
-        fields["assignment_epoch"] = v.i32()
-        fields["assignment_timestamp_ms"] = next((Reader(raw).i64() for tag, raw in v.tags() if tag == 0), 0)
+        fields.update(read_target_metadata(v))
     elif record_type == TARGET_MEMBER:
         fields["assignment"] = _read_topic_partitions(v)
     elif record_type == CURRENT_ASSIGNMENT:

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from sharebroker.broker.clock import ExpiryHold
 from sharebroker.broker.metrics import NULL_RECORDER, Recorder
 from sharebroker.broker.groups import records as grec
-from sharebroker.broker.groups.assignment_timers import AssignmentTimers
+from sharebroker.broker.groups.assignment_timers import AssignmentTimers, assignment_time, assignment_timestamp
 from sharebroker.broker.groups.share_group import (
     ShareGroup,
     ShareMember,
@@ -45,6 +45,7 @@ log = get_logger("sharebroker.groups")
 
 GROUP_CONFIGS_FILE = "share-group-configs.json"
 _SWEEP_INTERVAL_MS = 100
+_NO_TARGET = (0, None)  # the assignment state of a new group: no target-metadata record needed yet
 
 
 class HeartbeatAnswer(NamedTuple):
@@ -138,6 +139,8 @@ class ShareGroupCoordinator:
         self._sweep_due: set[str] = set()
         self._persisted_epoch: dict[str, int] = {}  # group id -> the epoch its last group record says
         self._persisted_members: dict[str, set[str]] = {}  # members with records (they need tombstones)
+        # group id -> the (assignment epoch, computation time) its last target-metadata record says
+        self._persisted_assignment: dict[str, tuple[int, int | None]] = {}
         self._group_locks: dict[str, _LockUsers] = {}  # the lock of each group some operation holds or awaits
         # Pending target computations, one timer per group (share.assignment.interval.ms)
         self._assignment_timers = AssignmentTimers(clock, self._assign, "share-group-assignment")
@@ -154,19 +157,20 @@ class ShareGroupCoordinator:
         if self._path.exists():
             self.configs = {g: dict(c) for g, c in json.loads(self._path.read_text()).items()}
         self.group_log.register(self._restate)
-        return {t: self._replay for t in (grec.MEMBER_METADATA, grec.GROUP_METADATA, grec.MEMBER_ASSIGNMENT,
-                                          grec.STATE_PARTITIONS)}
+        return {t: self._replay for t in grec.RECORD_TYPES}
 
     def finish_load(self) -> None:
         """After the replay: groups restored against today's topics, members given fresh deadlines."""
         now = self.clock.monotonic_ms()
         for group in self.groups.values():
-            group.restore(self._topic_infos(group.subscribed_topic_names()))
+            # the subscriptions from the members' records: the group's own count is rebuilt by restore
+            group.restore(self._topic_infos({t for m in group.members.values() for t in m.subscribed}))
             timeout = self.config(group.group_id).share_session_timeout_ms
             for m in group.members.values():
                 group.set_deadline(m, now + timeout)  # members that do not come back expire normally
             self._persisted_epoch[group.group_id] = group.epoch
             self._persisted_members[group.group_id] = set(group.members)
+            self._persisted_assignment[group.group_id] = self._assignment_state(group)
             if group.members:
                 self._sweep_due.add(group.group_id)
         if self.groups:
@@ -188,6 +192,8 @@ class ShareGroupCoordinator:
             elif record_type == grec.STATE_PARTITIONS:
                 group.initialized = {}
                 group.known_topics = {}
+            elif record_type == grec.TARGET_METADATA:
+                group.assignment_time_ms = None
             elif record_type in (grec.MEMBER_METADATA, grec.MEMBER_ASSIGNMENT):
                 group.members.pop(strings[1], None)
             return
@@ -195,6 +201,8 @@ class ShareGroupCoordinator:
             group = self.groups[group_id] = ShareGroup(group_id)
         if record_type == grec.GROUP_METADATA:
             group.epoch = fields["epoch"]
+        elif record_type == grec.TARGET_METADATA:  # the epoch is the members' (see ShareGroup.restore)
+            group.assignment_time_ms = assignment_time(self.clock, fields["assignment_timestamp_ms"])
         elif record_type == grec.STATE_PARTITIONS:
             group.initialized = {tid: set(ps) for tid, (_, ps) in fields["initialized"].items()}
             group.known_topics = {name: tid for tid, (name, _) in fields["initialized"].items() if name}
@@ -231,8 +239,17 @@ class ShareGroupCoordinator:
     def _member_records(group_id: str, member: ShareMember) -> list[tuple[bytes, bytes | None]]:
         return [grec.member_metadata(group_id, member), grec.member_assignment(group_id, member)]
 
+    @staticmethod
+    def _assignment_state(group: ShareGroup) -> tuple[int, int | None]:
+        return group.assignment_epoch, group.assignment_time_ms
+
+    def _target_metadata_record(self, group: ShareGroup) -> tuple[bytes, bytes | None]:
+        return grec.target_metadata(group.group_id, group.assignment_epoch,
+                                    assignment_timestamp(self.clock, group.assignment_time_ms))
+
     def _group_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
-        out = [grec.group_metadata(group.group_id, group.epoch), self._state_partitions_record(group)]
+        out = [grec.group_metadata(group.group_id, group.epoch), self._state_partitions_record(group),
+               self._target_metadata_record(group)]
         for m in group.members.values():
             out += self._member_records(group.group_id, m)
         return out
@@ -242,12 +259,13 @@ class ShareGroupCoordinator:
 
     def _unwritten(self, group: ShareGroup) -> bool:
         """Whether the group holds changes its records do not say yet (a write that failed)."""
-        return group.has_changes() or self._persisted_epoch.get(group.group_id) != group.epoch
+        return (group.has_changes() or self._persisted_epoch.get(group.group_id) != group.epoch
+                or self._persisted_assignment.get(group.group_id, _NO_TARGET) != self._assignment_state(group))
 
     async def persist(self, group: ShareGroup) -> None:
         """Write what changed of the group since its last write: its epoch, its initialized
-        partitions, the members that changed, tombstones of the members that left. Nothing when
-        nothing changed (a steady heartbeat)."""
+        partitions, its last target computation, the members that changed, tombstones of the
+        members that left. Nothing when nothing changed (a steady heartbeat)."""
         gid = group.group_id
         self._sweep_due.add(gid)  # until the sweep sees it written (a failed write is retried there)
         changed, left, initialized = group.take_changes()
@@ -261,6 +279,9 @@ class ShareGroupCoordinator:
             records.append(grec.group_metadata(gid, epoch))
         if initialized:
             records.append(self._state_partitions_record(group))
+        assignment = self._assignment_state(group)
+        if self._persisted_assignment.get(gid, _NO_TARGET) != assignment:
+            records.append(self._target_metadata_record(group))
         for member_id in written:
             records += self._member_records(gid, group.members[member_id])
         for member_id in gone:
@@ -275,6 +296,7 @@ class ShareGroupCoordinator:
         if new_epoch:
             self.metrics.rebalance("share")
         self._persisted_epoch[gid] = epoch
+        self._persisted_assignment[gid] = assignment
         persisted.update(written)
         persisted.difference_update(gone)
 
@@ -283,7 +305,11 @@ class ShareGroupCoordinator:
     def config(self, group_id: str) -> GroupConfig:
         cached = self._config_cache.get(group_id)
         if cached is None:
-            cached = group_config(self.broker_config, self.configs.get(group_id, {}))
+            def capped(name: str, stored: Any, effective: Any) -> None:
+                # Kafka's GroupConfigManager warns as it applies the group's configs
+                log.warning("group config capped to the broker's bounds", group=group_id, config=name,
+                            value=stored, effective=effective)
+            cached = group_config(self.broker_config, self.configs.get(group_id, {}), capped)
             self._config_cache[group_id] = cached
         return cached
 
@@ -437,6 +463,10 @@ class ShareGroupCoordinator:
             group = self.groups.get(group_id)
             if group is not None and group.members:
                 self._settle_target(group, self.config(group_id).share_assignment_interval_ms)
+                try:  # the time of this computation, which the interval runs from after a restart
+                    await self.persist(group)
+                except Exception as exc:  # noqa: BLE001 - retried by the expiry sweep
+                    log.warning("share group record write failed", group=group_id, error=str(exc))
 
     async def _initialize_partitions(self, group: ShareGroup) -> bool:
         """True if every subscribed share partition is initialized now."""
@@ -606,9 +636,10 @@ class ShareGroupCoordinator:
 
     async def delete_group(self, group_id: str) -> tuple[ErrorCode, str | None]:
         """DeleteGroups for an empty share group: delete the share state of its initialized
-        partitions, then write Kafka's tombstones in Kafka's order (members, the state-partition
-        metadata, the group record last). Its configs stay, as in Kafka, where they live in the
-        cluster metadata apart from the group and apply again if the group id is used again."""
+        partitions, then write Kafka's tombstones in Kafka's order (members, the target and the
+        state-partition metadata, the group record last). Its configs stay, as in Kafka, where they
+        live in the cluster metadata apart from the group and apply again if the group id is used
+        again."""
         async with self._serialized(group_id):
             try:
                 group = self._require_empty_share_group(group_id, create=False)
@@ -634,9 +665,7 @@ class ShareGroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = []
             for member_id in sorted(self._persisted_members.get(group_id, set())):
                 records.extend(grec.member_tombstones(group_id, member_id))
-            tombstones = grec.group_tombstones(group_id)
-            records.extend(r for r in tombstones if grec.decode(*r)[0] != grec.GROUP_METADATA)
-            records.extend(r for r in tombstones if grec.decode(*r)[0] == grec.GROUP_METADATA)
+            records.extend(grec.group_tombstones(group_id))
             # Gone from memory in the same step as the tombstones reach the log, so that a group
             # log compaction never restates it after them; back if the write fails.
             del self.groups[group_id]
@@ -647,6 +676,7 @@ class ShareGroupCoordinator:
                 raise
             self._persisted_members.pop(group_id, None)
             self._persisted_epoch.pop(group_id, None)
+            self._persisted_assignment.pop(group_id, None)
             log.info("share group deleted", group=group_id, topics=len(deleting))
             return ErrorCode.none, None
 

@@ -1,18 +1,21 @@
 """Kafka's share-group records in `__consumer_offsets` (reference schemas group-coordinator/):
-ShareGroupMemberMetadata (10), ShareGroupMetadata (11), ShareGroupCurrentMemberAssignment (14)
-and ShareGroupStatePartitionMetadata (15). Keys are an int16 record type followed by the
-non-flexible v0 key; values an int16 version followed by the flexible v0 value. A null value is a
-tombstone."""
+ShareGroupMemberMetadata (10), ShareGroupMetadata (11), ShareGroupTargetAssignmentMetadata (12,
+the time of the last target computation, which the assignment interval runs from),
+ShareGroupCurrentMemberAssignment (14) and ShareGroupStatePartitionMetadata (15). Keys are an
+int16 record type followed by the non-flexible v0 key; values an int16 version followed by the
+flexible v0 value. A null value is a tombstone."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+from sharebroker.broker.groups.consumer_records import read_target_metadata, target_metadata_value
 from sharebroker.broker.java_compat import partition_for_key
 from sharebroker.protocol.primitives import Reader, Writer
 
-MEMBER_METADATA, GROUP_METADATA, MEMBER_ASSIGNMENT, STATE_PARTITIONS = 10, 11, 14, 15
+MEMBER_METADATA, GROUP_METADATA, TARGET_METADATA, MEMBER_ASSIGNMENT, STATE_PARTITIONS = 10, 11, 12, 14, 15
+RECORD_TYPES = (MEMBER_METADATA, GROUP_METADATA, TARGET_METADATA, MEMBER_ASSIGNMENT, STATE_PARTITIONS)
 
 
 def _key(record_type: int, *strings: str) -> bytes:
@@ -30,6 +33,12 @@ def group_metadata(group_id: str, epoch: int, metadata_hash: int = 0) -> tuple[b
     w.i64(metadata_hash)
     w.no_tags()
     return _key(GROUP_METADATA, group_id), bytes(w.out)
+
+
+def target_metadata(group_id: str, assignment_epoch: int, assignment_timestamp_ms: int = 0) -> tuple[bytes, bytes]:
+    """The epoch and end time (wall clock, 0: none) of the last target computation, as Kafka 4.3+;
+    the value is the consumer groups' one."""
+    return _key(TARGET_METADATA, group_id), target_metadata_value(assignment_epoch, assignment_timestamp_ms)
 
 
 def member_metadata(group_id: str, m: Any) -> tuple[bytes, bytes]:
@@ -84,7 +93,10 @@ def member_tombstones(group_id: str, member_id: str) -> list[tuple[bytes, None]]
 
 
 def group_tombstones(group_id: str) -> list[tuple[bytes, None]]:
-    return [(_key(GROUP_METADATA, group_id), None), (_key(STATE_PARTITIONS, group_id), None)]
+    """Kafka's order for a deleted (empty) group (ShareGroup.createGroupTombstoneRecords): the target
+    metadata, the state-partition metadata, the group record last."""
+    return [(_key(TARGET_METADATA, group_id), None), (_key(STATE_PARTITIONS, group_id), None),
+            (_key(GROUP_METADATA, group_id), None)]
 
 
 def decode(key: bytes, value: bytes | None) -> tuple[int, list[str], dict[str, Any] | None]:
@@ -99,6 +111,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[int, list[str], dict[str, A
     v = Reader(value, 2)
     if record_type == GROUP_METADATA:
         return record_type, strings, {"epoch": v.i32(), "metadata_hash": v.i64()}
+    if record_type == TARGET_METADATA:
+        return record_type, strings, read_target_metadata(v)
     if record_type == MEMBER_METADATA:
         rack, client_id, client_host = v.compact_str(), v.compact_str(), v.compact_str()
         subscribed = [v.compact_str() for _ in range(v.compact_len())]

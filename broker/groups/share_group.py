@@ -97,8 +97,10 @@ class ShareGroup:
         self.group_id = group_id
         self.epoch = 0
         self.assignment_epoch = 0
-        # When the target was last computed (monotonic ms), None before the first computation
-        # (or after a restart): the next one may run at once, as Kafka's canComputeNextTargetAssignment.
+        # When the target was last computed (monotonic ms; after a restart, from the AssignmentTimestamp
+        # of the group's target-assignment metadata record), None before the first computation, once
+        # the group is emptied, or unknown: the next one may run at once, as Kafka's
+        # canComputeNextTargetAssignment.
         self.assignment_time_ms: int | None = None
         # Moves whenever what `refresh_metadata` and initialization look at may have changed (the
         # set of subscribed topics, the initialized partitions): with the topics' own version it
@@ -209,8 +211,9 @@ class ShareGroup:
             self.changed_members.discard(member_id)
             self.left_members.add(member_id)
             self.epoch += 1
-            if not self.members:
+            if not self.members:  # as a new group, as Kafka: the next join is assigned at once
                 self.assignment_epoch = self.epoch
+                self.assignment_time_ms = None
 
     def expired_members(self, now_ms: int) -> list[str]:
         """Members whose session deadline has passed. Heartbeats only move deadlines later, so
@@ -272,11 +275,11 @@ class ShareGroup:
                             for n in self.subscribed_topic_names() if n in topics))
 
     def restore(self, topics: dict[str, TopicInfo]) -> None:
-        """After replaying persisted records (which set members' fields directly): members keep
-        their assignments as the target, and nothing is waiting to be written."""
+        """After replaying persisted records (which set members' fields and the time of the last
+        target computation directly): members keep their assignments as the target, and nothing
+        is waiting to be written. The assignment interval runs on from the replayed time."""
         self._subscriptions = Counter(t for m in self.members.values() for t in m.subscribed)
         self.assignment_epoch = max((m.epoch for m in self.members.values()), default=self.epoch)
-        self.assignment_time_ms = None
         self.target = {m.member_id: dict(m.assignment) for m in self.members.values()}
         self._metadata_signature = self.metadata_signature(topics)
         self.topology_version += 1

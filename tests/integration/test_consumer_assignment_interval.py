@@ -369,7 +369,8 @@ def test_the_dynamic_broker_default_applies_to_groups_without_an_override(make_b
     """group.consumer.assignment.interval.ms is dynamic (its bounds are not): a change through
     IncrementalAlterConfigs (here this broker's) holds the next target of a group without its own
     setting, and setting it to 0 lets the next heartbeat compute the pending target; a value
-    outside the bounds is refused."""
+    outside the bounds is refused, with INVALID_REQUEST as Kafka answers a broker config that fails
+    its checks."""
     b = make_broker({**FAST, "group.consumer.session.timeout.ms": "30000", "group.consumer.max.assignment.interval.ms":
                      "12000"})
     topic, group = new_name("t"), new_name("cg")
@@ -384,7 +385,10 @@ def test_the_dynamic_broker_default_applies_to_groups_without_an_override(make_b
 
     with pytest.raises(KafkaException) as err:
         alter_broker("12001")
-    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+    e = err.value.args[0]
+    assert e.code() == KafkaError.INVALID_REQUEST, e
+    assert ("group.consumer.assignment.interval.ms must be less than or equal to "
+            "group.consumer.max.assignment.interval.ms") in e.str(), e
     alter_broker(str(INTERVAL_MS))
     with rk.RawClient(b.bootstrap) as raw:
         assert join(raw, group, "a", (topic,)).member_epoch == 1

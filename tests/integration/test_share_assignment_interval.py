@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
+from sharebroker.protocol.codec import build
 from sharebroker.testing import wait_for
 from sharebroker.testing.plugin import Broker
 from tests.brokers import module_broker
+from tests.integration import rawkafka as rk
 from tests.integration.clients import admin, create_topic
 from tests.integration.share_helpers import (
     FAST_SHARE_BROKER,
@@ -193,10 +196,87 @@ def _alter_group(bootstrap: str, group: str, name: str, value: str) -> None:
     ("soon", "share.assignment.interval.ms"),
 ])
 def test_group_config_out_of_the_broker_bounds_is_invalid_config(ibroker, value, fragment):
+    """Refused when set, as Kafka's GroupConfig.validate, through IncrementalAlterConfigs and the
+    legacy AlterConfigs alike (a value stored before the bounds narrowed is capped instead: see
+    test_values_outside_bounds_narrowed_by_a_restart_are_capped)."""
     group = new_group()
     with pytest.raises(KafkaException) as err:
         _alter_group(ibroker.bootstrap, group, "share.assignment.interval.ms", value)
     e = err.value.args[0]
     assert e.code() == KafkaError.INVALID_CONFIG, e
     assert fragment in e.str(), e
+    with rk.RawClient(ibroker.bootstrap) as raw:  # the legacy AlterConfigs (the client's is deprecated)
+        (r,) = raw.request(build(rk.req_cls(33, 2), {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+            {"name": "share.assignment.interval.ms", "value": value}]}], "validate_only": False})).responses
+    assert r.error_code == KafkaError.INVALID_CONFIG and fragment in r.error_message, r
     _alter_group(ibroker.bootstrap, group, "share.assignment.interval.ms", "15000")  # the bound itself is allowed
+
+
+def _alter_broker(bootstrap: str, configs: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs on this broker (node 1): SET, or DELETE for None."""
+    a = admin(bootstrap)
+    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry(n, v, incremental_operation=AlterConfigOpType.SET if v is not None else AlterConfigOpType.DELETE)
+        for n, v in configs.items()])
+    (fut,) = a.incremental_alter_configs([res], request_timeout=10).values()
+    fut.result(timeout=15)
+
+
+def _broker_config_error(bootstrap: str, configs: dict[str, str | None]) -> KafkaError:
+    with pytest.raises(KafkaException) as err:
+        _alter_broker(bootstrap, configs)
+    return err.value.args[0]
+
+
+def test_a_dynamic_broker_interval_outside_its_bounds_is_invalid_request(ibroker):
+    """group.share.assignment.interval.ms is dynamic, its bounds are not. Kafka checks a change by
+    building the whole broker config, whose start-up check refuses the value, and answers a broker
+    config that fails its checks with INVALID_REQUEST (ConfigAdminManager, KAFKA-13609)."""
+    e = _broker_config_error(ibroker.bootstrap, {"group.share.assignment.interval.ms": "15001"})
+    assert e.code() == KafkaError.INVALID_REQUEST, e
+    assert "group.share.assignment.interval.ms must be less than or equal to group.share.max.assignment.interval.ms" \
+        in e.str(), e
+
+
+def _describe(bootstrap: str, resource: ConfigResource) -> dict[str, Any]:
+    a = admin(bootstrap)
+    (fut,) = a.describe_configs([resource], request_timeout=10).values()
+    return fut.result(timeout=15)
+
+
+@pytest.mark.needs_own_broker("restarts its broker with other bounds")
+def test_values_outside_bounds_narrowed_by_a_restart_are_capped(make_broker):
+    """As Kafka when bounds narrow after values were stored: a dynamic broker interval is capped into
+    them with a warning as the stored dynamic configs are applied (the others stay in force), and a
+    group's stored interval takes effect capped with a warning (GroupConfig.evaluate). The stored
+    values stay as set, and are checked as they are when a config of theirs changes next: as in
+    Kafka, until they are set within the bounds such a change is refused."""
+    broker = make_broker(FAST_SHARE_BROKER)
+    b = broker.bootstrap
+    group = new_group()
+    _alter_broker(b, {"group.share.assignment.interval.ms": "12000", "group.consumer.assignment.interval.ms": "700"})
+    set_group_configs(b, group, {"share.assignment.interval.ms": "14000"})
+    broker.stop()
+    broker.overrides["group.share.max.assignment.interval.ms"] = "5000"
+    broker.start()
+
+    (capped,) = broker.log_events("dynamic broker config capped to its bounds")
+    assert (capped["config"], capped["value"], capped["effective"]) == ("group.share.assignment.interval.ms", 12000, 5000)
+    described = _describe(b, ConfigResource(ResourceType.BROKER, "1"))
+    assert described["group.share.assignment.interval.ms"].value == "5000"
+    assert described["group.consumer.assignment.interval.ms"].value == "700"  # the rest of the dynamic configs
+    warned = [e for e in broker.log_events("group config capped to the broker's bounds") if e["group"] == group]
+    assert [(e["config"], e["value"], e["effective"]) for e in warned][:1] == [("share.assignment.interval.ms", 14000, 5000)]
+    assert _describe(b, ConfigResource(ResourceType.GROUP, group))["share.assignment.interval.ms"].value == "14000"
+
+    e = _broker_config_error(b, {"group.consumer.assignment.interval.ms": "800"})
+    assert e.code() == KafkaError.INVALID_REQUEST, e
+    assert "group.share.assignment.interval.ms must be less than or equal to" in e.str(), e
+    with pytest.raises(KafkaException) as err:
+        set_group_configs(b, group, {"share.session.timeout.ms": "5000"})
+    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG, err.value
+    assert "share.assignment.interval.ms must be less than or equal to" in err.value.args[0].str()
+
+    _alter_broker(b, {"group.share.assignment.interval.ms": "4000"})
+    _alter_broker(b, {"group.consumer.assignment.interval.ms": "800"})
+    set_group_configs(b, group, {"share.assignment.interval.ms": "4500", "share.session.timeout.ms": "5000"})

@@ -11,7 +11,9 @@ across broker restarts and crashes, through confluent_kafka.ShareConsumer (librd
   is ever delivered again;
 - the state topic stays bounded under a long acknowledgement workload (snapshots and pruning),
   and is replayed at start-up; a state-topic segment size below the topic minimum is either
-  refused or works."""
+  refused or works;
+- the share group's assignment interval runs on across a restart and a kill -9, from the time of
+  its last target computation kept in its ShareGroupTargetAssignmentMetadata record."""
 
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ from tests.integration import rawkafka as rk
 from tests.integration.clients import create_topic, producer_conf
 from tests.integration.share_helpers import (
     FAST_SHARE_BROKER,
+    ShareMember,
     commit_errors,
     describe_group_configs,
+    describe_share_group,
     new_group,
     poll_for,
     poll_until,
@@ -652,3 +656,52 @@ def test_small_state_topic_segments_are_refused_or_work(make_broker, topic_name)
                          what="records of a share group on a broker with small state segments")
     assert offsets_counts(got) == [(0, 1), (1, 1)]
     assert "Traceback" not in broker.log_text(), broker.log_text()[-4000:]
+
+
+# --------------------------------------------------------------------------------------------
+# 4. the assignment interval across a restart
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_the_assignment_interval_runs_on_across_a_restart(make_broker, topic_name, kill):
+    """As Kafka 4.3+, which keeps AssignmentTimestamp in the ShareGroupTargetAssignmentMetadata
+    record: a target held back by share.assignment.interval.ms before a restart (graceful or
+    kill -9) is still held after it, a heartbeat answered from the last target, until the interval
+    since the last computation has passed; the coordinator then computes it without a heartbeat."""
+    interval_ms = 15000
+    broker = make_broker(FAST_SHARE_BROKER)
+    b = broker.bootstrap
+    create_topic(b, topic_name, partitions=2)
+    tid = topic_id(b, topic_name)
+    group = new_group()
+    # members that stay quiet through the interval and the restart must not expire meanwhile
+    set_group_configs(b, group, {"share.assignment.interval.ms": str(interval_ms), "share.session.timeout.ms": "40000"})
+    with ShareMember(b, group, "member-a") as a, ShareMember(b, group, "member-b") as m:
+        sent_a = time.monotonic()
+        r = a.heartbeat(0, [topic_name])
+        assert r.error_code == 0 and a.assignment == {tid: [0, 1]}, r  # the first target: at once
+        first = r.member_epoch
+        r = m.heartbeat(0, [topic_name])
+        assert (r.error_code, r.member_epoch) == (0, first), r  # the interval holds the next target back
+        before = describe_share_group(b, group)
+        assert before.assignment_epoch == first < before.group_epoch, before
+    if kill:
+        broker.kill()
+        broker.start()
+    else:
+        broker.restart()
+    with ShareMember(b, group, "member-a") as a, ShareMember(b, group, "member-b") as m:
+        # B's heartbeat would compute the pending target if the interval started again at zero
+        r = m.heartbeat(first, None)
+        assert (r.error_code, r.member_epoch, r.assignment) == (0, first, None), r
+        d = describe_share_group(b, group)
+        assert (d.group_epoch, d.assignment_epoch) == (before.group_epoch, first), d
+
+        def computed() -> bool:
+            g = describe_share_group(b, group)
+            return g.assignment_epoch == g.group_epoch
+        wait_for(computed, interval_ms / 1000 + 30, interval=0.1, message="the pending target after the interval")
+        assert time.monotonic() - sent_a >= interval_ms / 1000
+        ra, rb = a.heartbeat(first, None), m.heartbeat(first, None)
+        assert ra.member_epoch == rb.member_epoch == before.group_epoch, (ra, rb)
+        assert sorted(a.assignment[tid] + m.assignment[tid]) == [0, 1], (a.assignment, m.assignment)

@@ -954,3 +954,51 @@ def test_consumer_assignment_interval_defaults_bounds_and_dynamic_changes() -> N
     assert group_config(narrow, {"consumer.assignment.interval.ms": "0"}).consumer_assignment_interval_ms == 100
     described = by_name(describe_group_configs(narrow, {}))["consumer.assignment.interval.ms"]
     assert (described.value, described.source, described.config_type) == ("150", ConfigSource.DEFAULT_CONFIG, 3)
+
+
+@pytest.mark.parametrize("kind", ["consumer", "share"])
+def test_a_stored_dynamic_assignment_interval_outside_narrowed_bounds_is_capped(kind: str) -> None:
+    """As Kafka (GroupCoordinatorConfig.clampDynamicConfigs when it applies the stored dynamic
+    configs): a dynamic group.<kind>.assignment.interval.ms that the static bounds, narrowed since
+    it was set, no longer allow is capped into them and the rest of the dynamic configs stay in
+    force; the stored value is kept as it was set. A change is checked with the stored values as
+    they are (Kafka builds the whole config from them), so while one is outside its bounds every
+    change of that config is refused until it is set within them or removed."""
+    name, low, high = (f"group.{kind}.assignment.interval.ms", f"group.{kind}.min.assignment.interval.ms",
+                       f"group.{kind}.max.assignment.interval.ms")
+    cfg = load({high: "5000"})
+    cfg.alter_many({name: "12000", "log.retention.ms": "60000"}, stored=True)  # as applied at start-up
+    assert (cfg[name], cfg["log.retention.ms"]) == (5000, 60000)
+    assert cfg.capped() == [(name, 12000, 5000)]
+    assert cfg.dynamic_values(False) == {name: "12000", "log.retention.ms": "60000"}
+    entry = by_name(describe_broker_configs(cfg))[name]
+    assert (entry.value, entry.source) == ("5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert getattr(group_config(cfg, {}), f"{kind}_assignment_interval_ms") == 5000
+    with pytest.raises(ConfigError) as err:
+        cfg.alter("log.retention.ms", "70000")
+    assert str(err.value).startswith(f"{name} must be less than or equal to {high}")
+    cfg.alter(name, "4000")
+    assert (cfg[name], cfg.capped()) == (4000, [])
+    cfg.alter("log.retention.ms", "70000")
+
+    narrow = load({low: "2000", high: "3000", name: "2500"})
+    narrow.alter_many({name: "500"}, per_broker=True, stored=True)
+    assert (narrow[name], narrow.capped()) == (2000, [(name, 500, 2000)])
+    with pytest.raises(ConfigError) as err:  # the cluster default within bounds: this broker's own 500 is not
+        narrow.alter(name, "2600")
+    assert str(err.value).startswith(f"{name} must be greater than or equal to {low}")
+    narrow.alter(name, None, per_broker=True)
+    narrow.alter(name, "2600")
+    assert narrow[name] == 2600
+
+
+def test_a_stored_group_value_outside_narrowed_bounds_is_capped_with_a_warning() -> None:
+    """Kafka's GroupConfig.evaluate: a group's stored value that the broker's bounds no longer allow
+    takes effect capped into them, and Kafka warns of it; values within them say nothing."""
+    narrow = load({"group.share.min.assignment.interval.ms": "100", "group.share.max.assignment.interval.ms": "200",
+                   "group.share.assignment.interval.ms": "150"})
+    told: list[tuple[str, object, object]] = []
+    cfg = group_config(narrow, {"share.assignment.interval.ms": "5000", "consumer.assignment.interval.ms": "0",
+                                "share.delivery.count.limit": "3"}, lambda *a: told.append(a))
+    assert (cfg.share_assignment_interval_ms, cfg.consumer_assignment_interval_ms) == (200, 0)
+    assert told == [("share.assignment.interval.ms", 5000, 200)]

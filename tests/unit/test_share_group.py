@@ -748,11 +748,38 @@ def test_the_target_is_computed_at_most_once_per_interval() -> None:
     assert g.next_assignment_ms(0) is None  # a zero interval never waits
 
 
-def test_a_restored_group_computes_its_next_target_at_once() -> None:
+def test_a_restored_group_waits_from_its_replayed_computation_time() -> None:
+    """The replay sets the time of the last computation (from the group's target-metadata record;
+    None without one, as from a broker that did not write it); restoring keeps it, so the interval
+    runs on across a restart, and a group without it computes its next target at once."""
     t = topic("t", 2)
-    g = joined_group({"t": t}, {"a": ("t",)})
-    g.restore({"t": t})
-    assert g.assignment_time_ms is None and g.next_assignment_ms(15_000) is None
+    topics = {"t": t}
+    g = joined_group(topics, {"a": ("t",)})
+    g.advance_member("a")
+    g.assignment_time_ms = 4_000  # as replayed
+    hb(g, "b", 0, ("t",))
+    g.restore(topics)
+    assert g.assignment_pending() and g.next_assignment_ms(15_000) == 19_000
+    assert not g.reconcile(topics, now_ms=18_999, interval_ms=15_000)
+    assert g.reconcile(topics, now_ms=19_000, interval_ms=15_000)
+    g.assignment_time_ms = None  # no record, or one without AssignmentTimestamp
+    hb(g, "c", 0, ("t",))
+    g.restore(topics)
+    assert g.next_assignment_ms(15_000) is None and g.reconcile(topics, now_ms=19_001, interval_ms=15_000)
+
+
+def test_an_emptied_group_assigns_its_next_join_at_once() -> None:
+    """As Kafka, which writes AssignmentTimestamp 0 when the last member leaves: the group is as new."""
+    t = topic("t", 2)
+    topics = {"t": t}
+    g = ShareGroup("g")
+    hb(g, "a", 0, ("t",))
+    init_all(g, topics)
+    assert g.reconcile(topics, now_ms=1_000, interval_ms=5_000)
+    g.remove_member("a")
+    assert (g.assignment_epoch, g.assignment_time_ms) == (g.epoch, None)
+    hb(g, "b", 0, ("t",), now=1_500)
+    assert g.reconcile(topics, now_ms=1_500, interval_ms=5_000)
 
 
 def test_an_unsubscribed_topic_leaves_the_assignment_before_the_next_target() -> None:

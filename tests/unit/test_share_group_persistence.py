@@ -15,6 +15,7 @@ from sharebroker.broker.groups import records as grec
 from sharebroker.broker.groups.coordinator import ShareGroupCoordinator
 from sharebroker.broker.groups.share_group import ShareGroup, TopicInfo
 from sharebroker.config import BrokerConfig
+from tests.unit.share_leader_support import NOW_WALL, ManualClock
 
 TOPIC = TopicInfo("t", uuid.UUID(int=7), 4)
 
@@ -44,7 +45,7 @@ class OneTopic:
 def kinds(records: list[tuple[bytes, bytes | None]]) -> list[tuple[str, str | None, bool]]:
     """(record type, member id, tombstone) of each record."""
     names = {grec.GROUP_METADATA: "group", grec.STATE_PARTITIONS: "state", grec.MEMBER_METADATA: "member",
-             grec.MEMBER_ASSIGNMENT: "assignment"}
+             grec.MEMBER_ASSIGNMENT: "assignment", grec.TARGET_METADATA: "target"}
     out = []
     for key, value in records:
         record_type, strings, _ = grec.decode(key, value)
@@ -55,8 +56,8 @@ def kinds(records: list[tuple[bytes, bytes | None]]) -> list[tuple[str, str | No
 @pytest.fixture
 def setup(tmp_path) -> tuple[ShareGroupCoordinator, RecordingLog, ShareGroup]:
     log = RecordingLog()
-    c = ShareGroupCoordinator(BrokerConfig.load(None, {}, {}), tmp_path, clock=None, topics=OneTopic(), group_log=log,
-                              persister=None, groups=None)
+    c = ShareGroupCoordinator(BrokerConfig.load(None, {}, {}), tmp_path, clock=ManualClock(), topics=OneTopic(),
+                              group_log=log, persister=None, groups=None)
     g = c.groups["g"] = ShareGroup("g")
     return c, log, g
 
@@ -77,18 +78,21 @@ def written(c: ShareGroupCoordinator, log: RecordingLog, g: ShareGroup) -> list[
 def test_only_what_changed_is_written(setup) -> None:
     c, log, g = setup
     beat(g, "m1", 0)
-    assert written(c, log, g) == [("group", None, False), ("member", "m1", False), ("assignment", "m1", False)]
+    assert written(c, log, g) == [("group", None, False), ("target", None, False), ("member", "m1", False),
+                                  ("assignment", "m1", False)]
     beat(g, "m1", g.members["m1"].epoch)
     assert written(c, log, g) == []  # a steady heartbeat writes nothing
     g.mark_initialized(TOPIC, [0, 1, 2, 3])
     beat(g, "m2", 0)
-    assert written(c, log, g) == [("group", None, False), ("state", None, False), ("member", "m2", False),
+    assert written(c, log, g) == [("group", None, False), ("state", None, False), ("target", None, False),
+                                  ("member", "m2", False),
                                   ("assignment", "m2", False)]  # m1 is behind, but unchanged until it beats
     beat(g, "m1", g.members["m1"].epoch)
     assert written(c, log, g) == [("member", "m1", False), ("assignment", "m1", False)]
     g.remove_member("m2")
     g.reconcile({"t": TOPIC})
-    assert written(c, log, g) == [("group", None, False), ("member", "m2", True), ("assignment", "m2", True)]
+    assert written(c, log, g) == [("group", None, False), ("target", None, False), ("member", "m2", True),
+                                  ("assignment", "m2", True)]
 
 
 def test_a_member_that_joined_and_left_between_writes_leaves_no_tombstone(setup) -> None:
@@ -97,7 +101,7 @@ def test_a_member_that_joined_and_left_between_writes_leaves_no_tombstone(setup)
     written(c, log, g)
     beat(g, "m2", 0)
     g.remove_member("m2")
-    assert written(c, log, g) == [("group", None, False)]
+    assert written(c, log, g) == [("group", None, False), ("target", None, False)]  # computed for m2's join
 
 
 def test_a_failed_write_is_written_with_the_next(setup) -> None:
@@ -107,7 +111,8 @@ def test_a_failed_write_is_written_with_the_next(setup) -> None:
     with pytest.raises(OSError):
         asyncio.run(c.persist(g))
     beat(g, "m1", g.members["m1"].epoch)
-    assert written(c, log, g) == [("group", None, False), ("member", "m1", False), ("assignment", "m1", False)]
+    assert written(c, log, g) == [("group", None, False), ("target", None, False), ("member", "m1", False),
+                                  ("assignment", "m1", False)]
 
 
 def test_replaying_the_writes_rebuilds_the_group(setup, tmp_path) -> None:
@@ -124,7 +129,7 @@ def test_replaying_the_writes_rebuilds_the_group(setup, tmp_path) -> None:
     written(c, log, g)
     beat(g, "m1", g.members["m1"].epoch)
     written(c, log, g)
-    fresh = ShareGroupCoordinator(BrokerConfig.load(None, {}, {}), tmp_path, clock=None, topics=OneTopic(),
+    fresh = ShareGroupCoordinator(BrokerConfig.load(None, {}, {}), tmp_path, clock=ManualClock(), topics=OneTopic(),
                                   group_log=None, persister=None, groups=None)
     for batch in log.appended:
         for key, value in batch:
@@ -135,3 +140,21 @@ def test_replaying_the_writes_rebuilds_the_group(setup, tmp_path) -> None:
         {m: (x.epoch, x.previous_epoch, x.assignment, x.subscribed) for m, x in g.members.items()}
     again.restore({"t": TOPIC})
     assert again.subscribed_topic_names() == {"t"} and again.take_changes() == (set(), set(), False)
+
+
+def test_the_target_record_says_when_the_target_was_computed(setup) -> None:
+    """AssignmentTimestamp is the wall-clock time of the computation (as Kafka 4.3+), read back on
+    this process's monotonic clock; an emptied group writes 0, as a new group has no computation."""
+    c, log, g = setup
+    clock = c.clock
+    g.heartbeat(member_id="m1", member_epoch=0, rack_id=None, subscribed=("t",), client_id="c",
+                client_host="/127.0.0.1", now_ms=clock.mono, session_timeout_ms=45000, max_size=1000)
+    g.reconcile({"t": TOPIC}, now_ms=clock.mono - 250, interval_ms=1000)  # computed 250 ms ago
+    written(c, log, g)
+    (target,) = [r for r in log.appended[-1] if grec.decode(*r)[0] == grec.TARGET_METADATA]
+    assert grec.decode(*target)[2] == {"assignment_epoch": g.assignment_epoch, "assignment_timestamp_ms": NOW_WALL - 250}
+    g.remove_member("m1")
+    assert written(c, log, g) == [("group", None, False), ("target", None, False), ("member", "m1", True),
+                                  ("assignment", "m1", True)]
+    (target,) = [r for r in log.appended[-1] if grec.decode(*r)[0] == grec.TARGET_METADATA]
+    assert grec.decode(*target)[2] == {"assignment_epoch": g.epoch, "assignment_timestamp_ms": 0}
