@@ -441,6 +441,9 @@ def write(res: dict[str, Any], out: Path) -> None:
           "in separate processes; only the consume/produce phase is timed. Share-consume rates are from the "
           "first delivery to the last distinct record (group join excluded; the rate including the join is "
           "in latest.json as `records_per_s_from_start`).", "", *lines, ""]
+    for again in res.get("rerun", ()):
+        md += [f"Run again on {again['started']} and merged in (`python -m bench.report FULL --merge RERUN`): "
+               f"{', '.join(again['workloads'])}. {again['why']}", ""]
     if res["errors"]:
         md += ["## Failed workloads", ""] + [f"- `{k}`: {v}" for k, v in res["errors"].items()] + [""]
     md += [f"![{m}]({m})" for m in made]
@@ -448,11 +451,28 @@ def write(res: dict[str, Any], out: Path) -> None:
     print(f"\nwrote {out / 'latest.json'}, {out / 'latest.md'}" + "".join(f", {out / m}" for m in made))
 
 
-if __name__ == "__main__":  # re-render the table, Markdown and charts from a results JSON, beside it
-    import sys
+def merge(full: dict[str, Any], rerun: dict[str, Any], why: str) -> dict[str, Any]:
+    """A full run with some workloads taken from a later run of just those (`--only`), for a full
+    run of which a few workloads were disturbed; the report says which, when and why."""
+    full["workloads"].update(rerun["workloads"])
+    for name in rerun["workloads"]:
+        full["errors"].pop(name, None)
+    full["errors"].update(rerun["errors"])
+    full.setdefault("rerun", []).append({"started": rerun["started"], "workloads": list(rerun["workloads"]), "why": why})
+    return full
 
+
+if __name__ == "__main__":  # re-render the table, Markdown and charts from a results JSON, beside it
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Re-render a results JSON's table, Markdown and charts beside it.")
     # Default: the last ad-hoc run; the committed bench/results only when named explicitly.
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "out" / "latest.json")
-    data = json.loads(path.read_text())
+    ap.add_argument("results", type=Path, nargs="?", default=Path(__file__).parent / "out" / "latest.json")
+    ap.add_argument("--merge", type=Path, help="a later run's latest.json whose workloads replace the same ones")
+    ap.add_argument("--why", default="", help="with --merge: why those workloads were run again")
+    args = ap.parse_args()
+    data = json.loads(args.results.read_text())
     data["errors"].pop("charts", None)
-    write(data, path.parent)
+    if args.merge:
+        data = merge(data, json.loads(args.merge.read_text()), args.why)
+    write(data, args.results.parent)
