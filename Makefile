@@ -28,11 +28,13 @@ run: venv bytecode
 browser-env:
 	@.ci/browser-env || true
 
-# Three pytest-xdist workers (a module's tests, and all Spark tests, stay together: tests/conftest.py):
+# Three pytest-xdist workers (a module's tests, and the Spark tests, stay together: tests/conftest.py):
 # tests mostly wait on brokers and clients, so the suite takes about half the time of one worker.
+# The groups go out in the order tests/conftest.py gives them (the long Spark groups first), not
+# xdist's own by number of tests.
 TEST_WORKERS ?= 3
 test: venv bytecode lint browser-env
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # ruff over the whole tree, mypy --strict over the wire codec and storage, mypy with every
 # function typed over the server, the settings, the command line and the Spark pipeline (settings in

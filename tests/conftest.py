@@ -12,14 +12,24 @@ from sharebroker.testing.plugin import Broker, BrokerFactory
 from tests.brokers import module_broker
 
 
+# Spark test modules whose tests start Spark in subprocesses of their own, not the session's.
+OWN_SPARK = {"tests/spark/test_pipeline_cli.py"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist (`make test` runs `-n 3 --dist loadgroup`): a module's tests stay on one
-    worker, so its module-scoped broker starts once, and every Spark test goes to one worker, so
-    one local[2] session serves them all. Most of a test's time is spent waiting on brokers and
-    clients, so three workers on two cores finish the suite sooner."""
+    worker, so its module-scoped broker starts once, and every Spark test that uses the test run's
+    Spark session goes to one worker, so one local[2] session serves them all (the pipeline
+    command's tests start Spark in their own processes: they are a group of their own, or that one
+    worker would take as long as the rest of the suite). Most of a test's time is spent waiting on
+    brokers and clients, so three workers on two cores finish the suite sooner."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group("spark" if module.startswith("tests/spark/") else module))
+        shares_spark = module.startswith("tests/spark/") and module not in OWN_SPARK
+        item.add_marker(pytest.mark.xdist_group("spark" if shares_spark else module))
+    # The Spark groups take minutes each, far longer than any other: handed out first, so that the
+    # other workers fill the time beside them instead of the run ending on a Spark group alone.
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/spark/"))
 
 
 @pytest.fixture(scope="module")
