@@ -16,7 +16,7 @@ from sharebroker.protocol.codec import FrameError, decode_request
 from sharebroker.protocol.record_batch import encode_batch
 from tests.integration import rawkafka as rk
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
 
 
 def corpus_requests() -> list[Any]:

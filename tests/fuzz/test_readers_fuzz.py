@@ -17,7 +17,7 @@ from sharebroker.protocol.produce_request import decode_produce_body
 from sharebroker.protocol.record_batch import encode_batch, parse_batches
 from tests.fuzz.test_decode_fuzz import mutated as _mutated_request
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000")) // 3
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000")) // 3
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 1000,
                     suppress_health_check=[HealthCheck.too_slow])
 # What a reader may raise for bad bytes: ValueError (struct.error, UnicodeDecodeError and the

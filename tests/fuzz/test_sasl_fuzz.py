@@ -27,7 +27,7 @@ from sharebroker.testing import BrokerProcess, BrokerSecurity, unique_name, wait
 from sharebroker.testing.plugin import BrokerFactory
 from tests.integration import rawkafka as rk
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
 def _security() -> ListenerSecurity:
     store = ScramCredentials(Path("/nonexistent"))  # credentials in memory only: nothing is written
     assert not store.users

@@ -111,7 +111,7 @@ def mutated(draw) -> bytes:
     return bytes(frame)
 
 
-@settings(max_examples=3000, deadline=None, derandomize=True,
+@settings(max_examples=1000, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(frame=mutated())
 def test_mutated_requests_get_the_same_verdict(frame):
@@ -123,7 +123,7 @@ def test_mutated_requests_get_the_same_verdict(frame):
 SCHEMAS = [(key, version) for key, (lo, hi) in sorted(API_VERSIONS.items()) for version in range(lo, hi + 1)]
 
 
-@settings(max_examples=3000, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=st.sampled_from(SCHEMAS), body=st.binary(max_size=120),
        small=st.lists(st.integers(0, 3), max_size=40))
 def test_every_request_schema_gets_the_same_verdict_on_random_bodies(schema, body, small):
