@@ -16,6 +16,7 @@ from tests.brokers import module_broker
 OWN_SPARK = {"tests/spark/test_pipeline_cli.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist (`make test` runs `-n 3 --dist loadgroup`): a module's tests stay on one
     worker, so its module-scoped broker starts once, and every Spark test that uses the test run's

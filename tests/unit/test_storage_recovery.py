@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,10 @@ def test_torn_tail_is_cut_exactly_at_the_last_good_batch(tmp_path: Path) -> None
     again.close()
 
 
-@pytest.mark.parametrize("garbage", [b"\x00" * 300, os.urandom(500), b"\x00\x00\x00\x00\x00\x00\x00\x09" + b"\xff" * 80])
+# Seeded random bytes: the same test ids in every pytest-xdist worker's collection.
+@pytest.mark.parametrize("garbage", [b"\x00" * 300, random.Random(97).randbytes(500),
+                                     b"\x00\x00\x00\x00\x00\x00\x00\x09" + b"\xff" * 80],
+                         ids=["zeros", "random", "huge-length"])
 def test_garbage_after_last_good_batch_is_removed(tmp_path: Path, garbage: bytes) -> None:
     path = tmp_path / "t-0"
     seg, _ = crashed(path, 5, config=LogConfig())
