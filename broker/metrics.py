@@ -291,7 +291,7 @@ class MetricsRecorder(Recorder):
             return
         entries = self.journal.copy()  # the list itself stays: connections hold it
         self.journal.clear()
-        entries.sort(key=_ENTRY_KEY)  # stable: a group keeps its arrival order
+        entries.sort(key=_ENTRY_KEY)  # one group per (API, version)
         requests, latency, counted = self._requests, self._latency, self._errors
         for key, group in groupby(entries, _ENTRY_KEY):
             noted = list(group)
@@ -318,7 +318,7 @@ class MetricsRecorder(Recorder):
             for acknowledged, n in _tally(list(filter(None, map(_FACT_ACKNOWLEDGED, facts)))):
                 self._count_topics("acknowledgement", acknowledged, n)
 
-    def _count_topics(self, kind: str, topics: dict[str, bool], n: int = 1) -> None:
+    def _count_topics(self, kind: str, topics: dict[str, bool], n: int) -> None:
         total, failed = self._share_total, self._share_failed
         for topic, any_failed in topics.items():
             tkey = (kind, topic)
