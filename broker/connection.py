@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from sharebroker.broker.apis import HANDLERS, CloseConnection, error_response
 from sharebroker.broker.frames import MIN_FRAME, FrameEnd, FrameProtocol
-from sharebroker.broker.metrics import FOLD_AT, Recorder, ShareFacts, count_errors, error_name
+from sharebroker.broker.metrics import FOLD_AT, Recorder, RequestSlot, ShareFacts, count_errors, error_name
 from sharebroker.broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas
 from sharebroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from sharebroker.broker.security.sasl import ListenerSecurity, SaslSession
@@ -103,7 +103,7 @@ class Connection:
         # sets here to be counted with the request.
         self.share_facts: ShareFacts | None = None
         self._counting = broker.metrics.enabled  # else nothing below is touched per request
-        self._last: tuple[int, int] | None = None  # (api key, version) of the request just handled
+        self._slot: RequestSlot | None = None  # where the request just handled is noted
         self._errors: dict[str, int] | None = None
         self.mute_ms = 0  # a quota's throttle: how long to stop reading after the response
 
@@ -130,7 +130,6 @@ class Connection:
         reason = "client closed"
         frames = self._frames
         metrics = self.broker.metrics
-        journal = metrics.journal
         perf_counter = time.perf_counter
         try:
             while True:
@@ -161,13 +160,17 @@ class Connection:
                     started = perf_counter()
                     response = await self._process(frame)
                     elapsed_ms = (perf_counter() - started) * 1000
-                    last = self._last
-                    if last is not None:  # MetricsRecorder.request, inline
-                        journal.append((last, elapsed_ms, self.response_errors or self._errors or _NO_ERROR,
-                                        self.share_facts))
-                        if len(journal) >= FOLD_AT:
+                    slot = self._slot
+                    if slot is not None:  # MetricsRecorder.request, inline
+                        times = slot.times
+                        times.append(elapsed_ms)
+                        slot.errors.append(self.response_errors or self._errors or _NO_ERROR)
+                        if self.share_facts is not None:
+                            slot.facts.append(self.share_facts)
+                            self.share_facts = None
+                        if len(times) >= FOLD_AT:
                             metrics.fold()
-                        self._last = self._errors = self.response_errors = self.share_facts = None
+                        self._slot = self._errors = self.response_errors = None
                     else:
                         self._refused(metrics, frame, response, elapsed_ms)
                 else:
@@ -228,7 +231,7 @@ class Connection:
             self._log_frame_error(exc)
             return None
         if self._counting:
-            self._last = (req.api_key, req.api_version)
+            self._slot = self.broker.metrics.slot(req.api_key, req.api_version)
         if self.client_id is None and req.client_id is not None:
             self.client_id = req.client_id
         workers = self.broker.workers

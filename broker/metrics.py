@@ -14,14 +14,15 @@ import dataclasses
 import typing
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from itertools import groupby
-from operator import countOf, itemgetter
+from operator import countOf
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["FOLD_AT", "LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "JournalEntry", "MetricsRecorder",
-           "Recorder", "ShareFacts", "all_none", "count_errors", "error_name"]
+from sharebroker.protocol.api_table import API_VERSIONS
+
+__all__ = ["FOLD_AT", "LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder",
+           "RequestSlot", "ShareFacts", "all_none", "count_errors", "error_name"]
 
 # Upper bounds (ms) of the request latency buckets: long polls (Fetch, ShareFetch) wait up to
 # their MaxWaitMs, so the buckets reach well past the clients' default 500 ms.
@@ -34,9 +35,10 @@ LOAD_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0
 ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
 
 ShareKey = tuple[str, str, int]  # (group, topic, partition)
+_MAX_API_KEY = max(API_VERSIONS)
 
 # What a ShareFetch or ShareAcknowledge asked of each topic, noted with its request and counted
-# when the journal is folded (Kafka's Total/Failed ShareFetch and ShareAcknowledgement requests
+# when its slot is folded (Kafka's Total/Failed ShareFetch and ShareAcknowledgement requests
 # per topic): the fetch, as the session's ("fetch", topic) counter keys when no partition failed,
 # else {topic: whether a partition of it failed}, None without a fetch; and the acknowledgements,
 # {topic: whether a partition's failed}, None without any. (The bytes and records they moved are
@@ -136,12 +138,6 @@ class Histogram:
         return out
 
 
-# One request as noted: (API key, version), time in ms, error codes by name, and for a share
-# request the topics it asked of.
-JournalEntry = tuple[tuple[int, int], float, dict[str, int], ShareFacts | None]
-_ENTRY_KEY, _ENTRY_MS, _ENTRY_ERRORS, _ENTRY_SHARE = (itemgetter(i) for i in range(4))
-_FACT_FETCH, _FACT_ACKNOWLEDGED = itemgetter(0), itemgetter(1)
-
 _T = typing.TypeVar("_T")
 _TALLY_ROUNDS = 4
 
@@ -164,18 +160,32 @@ def _tally(objects: list[_T]) -> Iterator[tuple[_T, int]]:
         yield o, 1
 
 
+class RequestSlot:
+    """The requests of one (API key, version) noted since the last fold, in three lists the
+    connection appends to: each request's time (ms) and the error codes of its response by name,
+    and for ShareFetch and ShareAcknowledge what it asked of which topics. Appending to the slot
+    the connection already holds is all a request costs; the fold counts the lists in C loops."""
+
+    __slots__ = ("key", "times", "errors", "facts")
+
+    def __init__(self, key: tuple[int, int]) -> None:
+        self.key = key
+        self.times: list[float] = []
+        self.errors: list[dict[str, int]] = []
+        self.facts: list[ShareFacts] = []
+
+
 class Recorder:
     """The null recorder: every hook does nothing (metrics.listener unset)."""
 
     enabled = False
 
-    def __init__(self) -> None:
-        # Requests noted and not yet counted (only a counting recorder's fills): connections
-        # append to it directly and call fold() when it holds FOLD_AT entries.
-        self.journal: list[JournalEntry] = []
+    def slot(self, api_key: int, version: int) -> RequestSlot:
+        """Where a connection notes the requests of an API version (a counting recorder's only)."""
+        raise TypeError("requests are not noted with metrics off")
 
     def fold(self) -> None:
-        """Count the requests noted in the journal."""
+        """Count the requests noted in the slots."""
 
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
                 share: ShareFacts | None = None) -> None:
@@ -207,24 +217,28 @@ class Recorder:
         """A group's epoch (or a classic group's generation) moved on."""
 
 
-# Requests a recorder notes before it folds them into its counts (a scrape folds them at once).
+# Requests of one API version a recorder notes before it folds them into its counts (a scrape
+# folds them at once).
 FOLD_AT = 2048
 
 
 class MetricsRecorder(Recorder):
     """The counting recorder (metrics.listener set).
 
-    A request is only noted in a journal (one append), with the topics a ShareFetch or
-    ShareAcknowledge asked of: folding it into the per-API counts, the latency histogram, the error
-    counts and the per-topic share counters touches several dicts, which between two requests have
-    left the CPU's caches, so done one at a time it cost several times its in-loop price. The
-    journal is folded in one loop when it fills or when the counts are read. What needs no lookup
-    is counted at once: bytes and records on the partition, acknowledged records in a list."""
+    A request is only noted in its API version's slot (a few list appends), with the topics a
+    ShareFetch or ShareAcknowledge asked of: folding it into the per-API counts, the latency
+    histogram, the error counts and the per-topic share counters touches several dicts, which
+    between two requests have left the CPU's caches, so done one at a time it cost several times
+    its in-loop price. A slot is folded when it fills, all of them when the counts are read. What
+    needs no lookup is counted at once: bytes and records on the partition, acknowledged records
+    in a list."""
 
     enabled = True
 
     def __init__(self) -> None:
         super().__init__()
+        # api key -> {version: slot}, a list so that finding a request's slot builds no key
+        self.slots_by_api: list[dict[int, RequestSlot]] = [{} for _ in range(_MAX_API_KEY + 1)]
         self._requests: dict[tuple[int, int], int] = {}
         self._latency: dict[int, Histogram] = {}
         self._errors: dict[tuple[int, str], int] = {}
@@ -273,50 +287,62 @@ class MetricsRecorder(Recorder):
         """acknowledge type -> records acknowledged with it (gaps are not counted)."""
         return {t: self.ack_counts[t] for t in ACK_TYPE_NAMES}
 
+    def slot(self, api_key: int, version: int) -> RequestSlot:
+        by_version = self.slots_by_api[api_key]
+        slot = by_version.get(version)
+        if slot is None:
+            slot = by_version[version] = RequestSlot((api_key, version))
+        return slot
+
     def request(self, key: tuple[int, int], elapsed_ms: float, errors: dict[str, int],
                 share: ShareFacts | None = None) -> None:
-        journal = self.journal
-        journal.append((key, elapsed_ms, errors, share))
-        if len(journal) >= FOLD_AT:
+        slot = self.slot(*key)
+        slot.times.append(elapsed_ms)
+        slot.errors.append(errors)
+        if share is not None:
+            slot.facts.append(share)
+        if len(slot.times) >= FOLD_AT:
             self.fold()
 
     def fold(self) -> None:
-        """Count the requests noted since the last fold.
+        """Count the requests noted in the slots since the last fold.
 
-        Grouped so that the per-entry work is done by C loops (a sort, `map`, `countOf`): the
-        entries of one (API, version) make one group, their times are bucketed by bisecting their
-        sorted list, and their error counts and share facts, nearly all alike, are tallied by value
-        (2.2 µs an entry counted one by one, 0.6 µs so, on a loaded machine)."""
-        if not self.journal:
-            return
-        entries = self.journal.copy()  # the list itself stays: connections hold it
-        self.journal.clear()
-        entries.sort(key=_ENTRY_KEY)  # one group per (API, version)
+        Each slot's lists are counted by C loops (a sort, `countOf`): its times are bucketed by
+        bisecting their sorted list, and its error counts and share facts, nearly all alike, are
+        tallied by value."""
         requests, latency, counted = self._requests, self._latency, self._errors
-        for key, group in groupby(entries, _ENTRY_KEY):
-            noted = list(group)
-            requests[key] = requests.get(key, 0) + len(noted)
-            api_key = key[0]
-            hist = latency.get(api_key)
-            if hist is None:
-                hist = latency[api_key] = Histogram(LATENCY_BUCKETS_MS)
-            hist.add_sorted(sorted(map(_ENTRY_MS, noted)))
-            for errors, n in _tally(list(map(_ENTRY_ERRORS, noted))):
-                for name, c in errors.items():
-                    ekey = (api_key, name)
-                    counted[ekey] = counted.get(ekey, 0) + c * n
-            facts = list(filter(None, map(_ENTRY_SHARE, noted)))
-            if not facts:
-                continue
-            for fetch, n in _tally(list(filter(None, map(_FACT_FETCH, facts)))):
-                if isinstance(fetch, tuple):  # no partition failed: the session's keys
-                    total = self._share_total
-                    for tkey in fetch:
-                        total[tkey] = total.get(tkey, 0) + n
-                else:
-                    self._count_topics("fetch", fetch, n)
-            for acknowledged, n in _tally(list(filter(None, map(_FACT_ACKNOWLEDGED, facts)))):
-                self._count_topics("acknowledgement", acknowledged, n)
+        for by_version in self.slots_by_api:
+            for slot in by_version.values():
+                times = slot.times
+                if not times:
+                    continue
+                errors_noted, facts = slot.errors, slot.facts
+                slot.times, slot.errors, slot.facts = [], [], []
+                key = slot.key
+                requests[key] = requests.get(key, 0) + len(times)
+                api_key = key[0]
+                hist = latency.get(api_key)
+                if hist is None:
+                    hist = latency[api_key] = Histogram(LATENCY_BUCKETS_MS)
+                times.sort()
+                hist.add_sorted(times)
+                for errors, n in _tally(errors_noted):
+                    for name, c in errors.items():
+                        ekey = (api_key, name)
+                        counted[ekey] = counted.get(ekey, 0) + c * n
+                if facts:
+                    self._count_facts(facts)
+
+    def _count_facts(self, facts: list[ShareFacts]) -> None:
+        for fetch, n in _tally([f for f, _ in facts if f]):
+            if isinstance(fetch, tuple):  # no partition failed: the session's keys
+                total = self._share_total
+                for tkey in fetch:
+                    total[tkey] = total.get(tkey, 0) + n
+            else:
+                self._count_topics("fetch", fetch, n)
+        for acknowledged, n in _tally([a for _, a in facts if a]):
+            self._count_topics("acknowledgement", acknowledged, n)
 
     def _count_topics(self, kind: str, topics: dict[str, bool], n: int) -> None:
         total, failed = self._share_total, self._share_failed

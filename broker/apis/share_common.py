@@ -53,7 +53,7 @@ async def apply_acknowledgements(broker: Broker, group_id: str, member_id: str, 
                                                   is_renew)
     if topics is not None and partition is not None:
         name = partition.topic.name
-        topics[name] = topics.get(name, False) or code != ErrorCode.none
+        topics[name] = topics.get(name, False) or bool(code)  # ErrorCode.none is 0
     return code, message
 
 

@@ -151,12 +151,7 @@ def _fetch_counts(broker: Broker, session: ShareSession,
         if e.error_code:
             break
     else:
-        keys = session.fetch_metric_keys
-        if keys is None:
-            keys = session.fetch_metric_keys = tuple(
-                ("fetch", topic.name) for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions)
-                if (topic := broker.topics.get_by_id(topic_id)) is not None)
-        return keys
+        return session.fetch_metric_keys or _session_fetch_keys(broker, session)
     failed = {topic_id for (topic_id, _), e in entries.items() if e.error_code}
     topics: dict[str, bool] = {}
     for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions):
@@ -166,16 +161,35 @@ def _fetch_counts(broker: Broker, session: ShareSession,
     return topics
 
 
-def _count_errors(conn: Connection, entries: dict[Key, ShareFetchPartition]) -> None:
-    """The response's error codes for ErrorsPerSec: the top level, then each partition (errorCounts)."""
+def _session_fetch_keys(broker: Broker, session: ShareSession) -> tuple[tuple[str, str], ...]:
+    keys = session.fetch_metric_keys = tuple(
+        ("fetch", topic.name) for topic_id in dict.fromkeys(topic_id for topic_id, _ in session.partitions)
+        if (topic := broker.topics.get_by_id(topic_id)) is not None)
+    return keys
+
+
+def _note_counts(conn: Connection, broker: Broker, session: ShareSession, entries: dict[Key, ShareFetchPartition],
+                 fetch: tuple[tuple[str, str], ...] | dict[str, bool] | None, fetched: bool,
+                 acked: dict[str, bool] | None) -> None:
+    """With metrics on: the response's error codes for ErrorsPerSec (the top level, then each
+    partition, as errorCounts) and what the request asked of which topics, in one pass over the
+    entries. `fetch` is the fetch's counts when taken before later errors, else `fetched` says
+    whether the request fetched."""
     for e in entries.values():
         if e.error_code:
             errors = conn.response_errors = {"NONE": 1}
             for entry in entries.values():
                 name = error_name(entry.error_code)
                 errors[name] = errors.get(name, 0) + 1
-            return
-    conn.response_errors = all_none(1 + len(entries))
+            if fetch is None and fetched:
+                fetch = _fetch_counts(broker, session, entries)
+            break
+    else:
+        conn.response_errors = all_none(1 + len(entries))
+        if fetch is None and fetched:
+            fetch = session.fetch_metric_keys or _session_fetch_keys(broker, session)
+    if fetch is not None or acked:
+        conn.share_facts = (fetch, acked or None)
 
 
 @api(78)
@@ -247,15 +261,20 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
         e = entries.setdefault(key, _entry(broker, key[1], partition))
         e.acknowledge_error_code, e.acknowledge_error_message = code, message
 
-    if acked:  # noted now: counted even if what follows fails
-        conn.share_facts = (None, acked)
-
-    if epoch == FINAL_EPOCH:
-        await broker.share.release_session(session)
-    elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
-        await _fetch(broker, group_id, member_id, session, body, entries, refused, counting)
-        if counting:  # before the errors of newly added partitions below, which are not the fetch's
-            conn.share_facts = (_fetch_counts(broker, session, entries), acked or None)
+    fetch_counts = None
+    fetched = False
+    try:
+        if epoch == FINAL_EPOCH:
+            await broker.share.release_session(session)
+        elif not is_renew and body.max_records > 0 and body.max_bytes > 0:
+            await _fetch(broker, group_id, member_id, session, body, entries, refused, counting)
+            fetched = True
+            if counting and session.pending_new:  # before their errors below, which are not the fetch's
+                fetch_counts = _fetch_counts(broker, session, entries)
+    except BaseException:
+        if acked:  # counted even if the fetch failed
+            conn.share_facts = (None, acked)
+        raise
 
     for key in list(session.pending_new):
         partition, unresolved, why = resolve_partition(broker, *key)
@@ -268,7 +287,7 @@ async def handle(broker: Broker, conn: Connection, req: DecodedRequest) -> list[
     for (topic_id, _), e in entries.items():
         by_topic.setdefault(topic_id, []).append(e)
     if counting:
-        _count_errors(conn, entries)
+        _note_counts(conn, broker, session, entries, fetch_counts, fetched, acked)
     return encode_share_fetch_response(
         req.correlation_id, v, [ShareFetchTopic(topic_id, partitions) for topic_id, partitions in by_topic.items()],
         acquisition_lock_timeout_ms=broker.share_groups.limits(group_id).record_lock_duration_ms)

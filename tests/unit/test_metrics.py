@@ -70,14 +70,17 @@ def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
                                        ("fetch", "audit"): 1}
 
 
-def test_the_journal_folds_when_full_and_when_read() -> None:
+def test_a_slot_folds_when_full_and_when_read() -> None:
     r = MetricsRecorder()
     for _ in range(5000):
         r.request((78, 1), 0.1, all_none(2), ((("fetch", "jobs"),), {"jobs": False}))
-    assert len(r.journal) == 5000 % FOLD_AT  # folded twice on the way
+    r.request((0, 9), 0.1, all_none(1))
+    fetches, produces = r.slot(78, 1), r.slot(0, 9)
+    assert len(fetches.times) == len(fetches.errors) == len(fetches.facts) == 5000 % FOLD_AT  # folded twice
+    assert len(produces.times) == 1  # folded with them, then noted
     assert r.share_requests_total == {("fetch", "jobs"): 5000, ("acknowledgement", "jobs"): 5000}
-    assert not r.journal
-    assert r.requests == {(78, 1): 5000} and r.errors == {(78, "NONE"): 10_000}
+    assert not fetches.times and not fetches.errors and not fetches.facts and not produces.times
+    assert r.requests == {(78, 1): 5000, (0, 9): 1} and r.errors == {(78, "NONE"): 10_000, (0, "NONE"): 1}
 
 
 _TOPICS = st.sampled_from(["orders", "audit", "jobs"])
@@ -95,14 +98,14 @@ _ENTRY = st.tuples(
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_ENTRY, max_size=60))
-def test_a_fold_counts_what_counting_each_request_in_turn_counts(journal: list) -> None:
-    """The fold groups and tallies its entries; the counts must be those of taking them one by one."""
+def test_a_fold_counts_what_counting_each_request_in_turn_counts(noted: list) -> None:
+    """The fold tallies its slots' entries; the counts must be those of taking them one by one."""
     requests: dict = {}
     errors: dict = {}
     total: dict = {}
     failed: dict = {}
     latency: dict = {}
-    for key, ms, errs, share in journal:
+    for key, ms, errs, share in noted:
         requests[key] = requests.get(key, 0) + 1
         latency.setdefault(key[0], Histogram(LATENCY_BUCKETS_MS)).observe(ms)
         for name, n in errs.items():
@@ -116,7 +119,8 @@ def test_a_fold_counts_what_counting_each_request_in_turn_counts(journal: list) 
                 if any_failed:
                     failed[(kind, topic)] = failed.get((kind, topic), 0) + 1
     r = MetricsRecorder()
-    r.journal.extend(journal)
+    for entry in noted:
+        r.request(*entry)
     assert r.requests == requests and r.errors == errors
     assert r.share_requests_total == total and r.share_requests_failed == failed
     assert {k: h.counts for k, h in r.latency.items()} == {k: h.counts for k, h in latency.items()}
