@@ -14,14 +14,22 @@ With --baseline DIR (a checkout of another commit, e.g. made with `git archive R
 DIR`) the broker of that tree runs too, alternating with this one, so a change is measured
 before and after in one run:
 
-    python -m bench.request_cpu [--requests 20000] [--runs 3] [--baseline /tmp/base]"""
+    python -m bench.request_cpu [--requests 20000] [--runs 3] [--baseline /tmp/base]
+
+With --interleave the brokers run at the same time and take the requests in turn (one request
+to each broker, one in flight at a time, in a random order each time), each broker's CPU read to the
+nanosecond: whatever else the machine does between two requests falls on all of them alike. Run
+after run on this machine a broker's CPU per request swings by ±20%, so a difference of a few
+percent is only seen this way (or in-process, bench.inprocess)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import datetime
+import http.client
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,6 +38,7 @@ import sys
 import statistics
 import struct
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from kio.index import load_request_schema
+
+from bench.cpu import cpu_seconds
 
 from sharebroker.protocol.client import ResponseStream, decode_response, encode_request
 from sharebroker.protocol.record_batch import encode_batch
@@ -273,6 +284,123 @@ def one_run(tree: Path | None, n: int, value_size: int, version: int, profile: b
             broker.stop()
 
 
+@contextlib.contextmanager
+def _broker(tree: Path | None, overrides: dict[str, str]) -> Iterator[BrokerProcess]:
+    env_before = os.environ.get("PYTHONPATH")
+    with tempfile.TemporaryDirectory(prefix="sharebroker-reqcpu-") as tmp:
+        if tree is not None:
+            os.environ["PYTHONPATH"] = str(tree)
+        try:
+            broker = BrokerProcess(Path(tmp) / "data", overrides).start()
+        finally:
+            if env_before is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = env_before
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+
+class _JobQueue:
+    """One broker of an interleaved run: its connections, share member and encoded requests."""
+
+    def __init__(self, broker: BrokerProcess, n: int, value_size: int, version: int) -> None:
+        assert broker.proc is not None
+        self.broker, self.pid, self.version = broker, broker.proc.pid, version
+        self.raw, self.hb_raw = Raw(broker.bootstrap), Raw(broker.bootstrap)
+        self.topic_id = create_topic(self.raw)
+        self.member = str(uuid.uuid4())
+        self.member_epoch = join(self.hb_raw, self.member)
+        opened = self.raw.request(share_fetch(self.member, 0, self.topic_id, None, version, max_wait_ms=0))
+        assert int(opened.error_code) == 0, opened
+        self.produces, self.produce_version = produce_frames(n, value_size)
+        self.fetches = [encode_request(share_fetch(self.member, i + 1, self.topic_id, i - 1 if i else None, version),
+                                       i + 1, "bench") for i in range(n)]
+        self.cpu: dict[str, float] = {}
+
+    def produce(self, i: int) -> None:
+        self.raw.corr = i + 1
+        resp = self.raw.send_frame(self.produces[i], 0, self.produce_version)
+        assert int(resp.responses[0].partition_responses[0].error_code) == 0, resp
+
+    def fetch(self, i: int) -> None:
+        self.raw.corr = i + 1
+        resp = self.raw.send_frame(self.fetches[i], 78, self.version)
+        p = resp.responses[0].partitions[0]
+        assert int(resp.error_code) == 0 and int(p.error_code) == 0 and int(p.acknowledge_error_code) == 0, resp
+        assert [(a.first_offset, a.last_offset) for a in p.acquired_records] == [(i, i)], (i, p)
+
+    def close(self) -> None:
+        self.raw.close()
+        self.hb_raw.close()
+
+
+@contextlib.contextmanager
+def _viewing(brokers: list[BrokerProcess], every_s: float) -> Iterator[list[int]]:
+    """GET /api/view of each broker with a metrics listener every `every_s` seconds while the block
+    runs; yields the count of polls."""
+    ports = [int(b.log_events("metrics listener started")[0]["port"]) for b in brokers
+             if b.overrides.get("metrics.listener")]
+    polls = [0]
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(every_s):
+            for port in ports:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    conn.request("GET", "/api/view")
+                    conn.getresponse().read()
+                    polls[0] += 1
+                finally:
+                    conn.close()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    if ports and every_s > 0:
+        thread.start()
+    try:
+        yield polls
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+
+
+def interleaved_run(configs: list[tuple[Path | None, dict[str, str]]], n: int, value_size: int,
+                    version: int, view_every_s: float = 0.0) -> list[dict[str, float]]:
+    """Per config, broker CPU µs per Produce and per ShareFetch, all brokers taking the requests in
+    turn; brokers with metrics.listener have their live view polled every `view_every_s` (0: never)."""
+    with contextlib.ExitStack() as stack:
+        queues = [_JobQueue(stack.enter_context(_broker(tree, overrides)), n, value_size, version)
+                  for tree, overrides in configs]
+        for q in queues:
+            stack.callback(q.close)
+        stack.enter_context(_viewing([q.broker for q in queues], view_every_s))
+        for phase in ("produce", "fetch"):
+            calls = [getattr(q, phase) for q in queues]
+            shuffled = random.Random(phase).shuffle  # an order per request: a broker's place in it costs
+            start = {q.pid: 0.0 for q in queues}
+            next_heartbeat = time.monotonic() + _HEARTBEAT_EVERY_S
+            for i in range(n):
+                if i == WARM_UP:
+                    start = {q.pid: cpu_seconds(q.pid) for q in queues}
+                shuffled(calls)  # (the one after itself finds its caches warm)
+                for call in calls:
+                    call(i)
+                if phase == "fetch" and time.monotonic() > next_heartbeat:
+                    for q in queues:  # stay members; a few requests in a run
+                        q.member_epoch = heartbeat(q.hb_raw, q.member, q.member_epoch)
+                    next_heartbeat = time.monotonic() + _HEARTBEAT_EVERY_S
+            for q in queues:
+                q.cpu[phase] = (cpu_seconds(q.pid) - start[q.pid]) / (n - WARM_UP) * 1e6
+        for q in queues:
+            if "Traceback" in q.broker.log_text():
+                print("  [broker log has a Traceback]\n" + q.broker.log_text()[-1500:])
+        return [{"produce_us": q.cpu["produce"], "fetch_us": q.cpu["fetch"]} for q in queues]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=20_000, help="Produce and ShareFetch requests per run (> 500)")
@@ -282,6 +410,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", type=Path, default=None, help="a tree of another commit to run beside this one")
     ap.add_argument("--with", dest="with_settings", action="append", default=[], metavar="NAME=VALUE",
                     help="also run this tree with these broker settings, alternating (e.g. metrics.listener=127.0.0.1:0)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="run the brokers at the same time, taking the requests in turn (see above)")
+    ap.add_argument("--view-every", type=float, default=0.0,
+                    help="with --interleave: poll the live view (/api/view) of a broker with metrics.listener "
+                         "every this many seconds, as an open browser tab does (0: never)")
+    ap.add_argument("--aa", action="store_true", help="also run this tree a second time as it is: the method's bias")
     ap.add_argument("--profile", action="store_true",
                     help="one run of this tree under py-spy; prints where each path's time goes")
     args = ap.parse_args(argv)
@@ -295,7 +429,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.with_settings:
         settings = dict(s.split("=", 1) for s in args.with_settings)
         trees.append((f"this tree with {', '.join(args.with_settings)}", None, settings))
+    if args.aa:
+        trees.append(("this tree again (A/A)", None, {}))
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in trees}
+    if args.interleave:
+        _interleaved(trees, results, args)
+        return
     for run in range(args.runs):
         for name, tree, overrides in trees:
             res = one_run(tree, args.requests, args.value_size, args.share_fetch_version, overrides=overrides)
@@ -311,6 +450,30 @@ def main(argv: list[str] | None = None) -> None:
         for field in ("produce_us", "produce_sys_us", "fetch_us", "fetch_sys_us"):
             vals = [r[field] for r in runs]
             cells.append(f"{statistics.median(vals):.0f} ({min(vals):.0f}–{max(vals):.0f})")
+        print(f"| {name} | {' | '.join(cells)} |")
+
+
+def _interleaved(trees: list[tuple[str, Path | None, dict[str, str]]], results: dict[str, list[dict[str, float]]],
+                 args: argparse.Namespace) -> None:
+    for run in range(args.runs):
+        got = interleaved_run([(tree, overrides) for _, tree, overrides in trees], args.requests, args.value_size,
+                              args.share_fetch_version, args.view_every)
+        for (name, _, _), res in zip(trees, got):
+            results[name].append(res)
+        print(f"run {run + 1}: " + "; ".join(f"{name} Produce {res['produce_us']:.1f} µs, ShareFetch+ack "
+                                              f"{res['fetch_us']:.1f} µs" for (name, _, _), res in zip(trees, got)),
+              flush=True)
+    first = trees[0][0]
+    print(f"\nbroker CPU per request, µs, brokers interleaved (median of {args.runs}, min–max; "
+          f"{args.requests:,} requests per run); the job is one of each, against {first} run by run")
+    print(f"| broker | one-record Produce | ShareFetch with one acknowledgement | a job | a job against {first} |")
+    print("|---|---|---|---|---|")
+    for name, runs in results.items():
+        jobs = [r["produce_us"] + r["fetch_us"] for r in runs]
+        ratios = [job / (b["produce_us"] + b["fetch_us"]) - 1 for job, b in zip(jobs, results[first])]
+        cells = [f"{statistics.median(v):.1f} ({min(v):.1f}–{max(v):.1f})" for v in
+                 ([r["produce_us"] for r in runs], [r["fetch_us"] for r in runs], jobs)]
+        cells.append(f"{statistics.median(ratios) * 100:+.1f}% ({min(ratios) * 100:+.1f} to {max(ratios) * 100:+.1f})")
         print(f"| {name} | {' | '.join(cells)} |")
 
 
