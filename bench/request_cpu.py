@@ -370,8 +370,8 @@ def _viewing(brokers: list[BrokerProcess], every_s: float) -> Iterator[list[int]
 
 def interleaved_run(configs: list[tuple[Path | None, dict[str, str]]], n: int, value_size: int,
                     version: int, view_every_s: float = 0.0) -> list[dict[str, float]]:
-    """Per config, broker CPU µs per Produce and per ShareFetch, all brokers taking the requests in
-    turn; brokers with metrics.listener have their live view polled every `view_every_s` (0: never)."""
+    """Per config, broker CPU µs per Produce and per ShareFetch and their mean round trips (µs), all
+    brokers taking the requests in turn; brokers with metrics.listener have their live view polled every `view_every_s` (0: never)."""
     with contextlib.ExitStack() as stack:
         queues = [_JobQueue(stack.enter_context(_broker(tree, overrides)), n, value_size, version)
                   for tree, overrides in configs]
@@ -379,26 +379,33 @@ def interleaved_run(configs: list[tuple[Path | None, dict[str, str]]], n: int, v
             stack.callback(q.close)
         stack.enter_context(_viewing([q.broker for q in queues], view_every_s))
         for phase in ("produce", "fetch"):
-            calls = [getattr(q, phase) for q in queues]
+            order = list(queues)
             shuffled = random.Random(phase).shuffle  # an order per request: a broker's place in it costs
             start = {q.pid: 0.0 for q in queues}
+            waited = {q.pid: 0.0 for q in queues}  # round trips, the client's send and decode included
+            clock = time.perf_counter
             next_heartbeat = time.monotonic() + _HEARTBEAT_EVERY_S
             for i in range(n):
                 if i == WARM_UP:
                     start = {q.pid: cpu_seconds(q.pid) for q in queues}
-                shuffled(calls)  # (the one after itself finds its caches warm)
-                for call in calls:
-                    call(i)
+                    waited = dict.fromkeys(waited, 0.0)
+                shuffled(order)  # (the one after itself finds its caches warm)
+                for q in order:
+                    t0 = clock()
+                    getattr(q, phase)(i)
+                    waited[q.pid] += clock() - t0
                 if phase == "fetch" and time.monotonic() > next_heartbeat:
                     for q in queues:  # stay members; a few requests in a run
                         q.member_epoch = heartbeat(q.hb_raw, q.member, q.member_epoch)
                     next_heartbeat = time.monotonic() + _HEARTBEAT_EVERY_S
             for q in queues:
                 q.cpu[phase] = (cpu_seconds(q.pid) - start[q.pid]) / (n - WARM_UP) * 1e6
+                q.cpu[phase + "_rtt"] = waited[q.pid] / (n - WARM_UP) * 1e6
         for q in queues:
             if "Traceback" in q.broker.log_text():
                 print("  [broker log has a Traceback]\n" + q.broker.log_text()[-1500:])
-        return [{"produce_us": q.cpu["produce"], "fetch_us": q.cpu["fetch"]} for q in queues]
+        return [{"produce_us": q.cpu["produce"], "fetch_us": q.cpu["fetch"], "produce_rtt_us": q.cpu["produce_rtt"],
+                 "fetch_rtt_us": q.cpu["fetch_rtt"]} for q in queues]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -466,14 +473,24 @@ def _interleaved(trees: list[tuple[str, Path | None, dict[str, str]]], results: 
     first = trees[0][0]
     print(f"\nbroker CPU per request, µs, brokers interleaved (median of {args.runs}, min–max; "
           f"{args.requests:,} requests per run); the job is one of each, against {first} run by run")
-    print(f"| broker | one-record Produce | ShareFetch with one acknowledgement | a job | a job against {first} |")
-    print("|---|---|---|---|---|")
+    print("(rate: jobs/s of one client doing one job after another, a Produce and a ShareFetch, from the mean round trips)")
+    print(f"| broker | one-record Produce | ShareFetch with one acknowledgement | a job | a job against {first} "
+          f"| rate | rate against {first} |")
+    print("|---|---|---|---|---|---|---|")
+
+    def spread(values: list[float], spec: str, unit: str = "") -> str:
+        return (f"{format(statistics.median(values), spec)}{unit} ({format(min(values), spec)} to "
+                f"{format(max(values), spec)})")
+
+    base = results[first]
     for name, runs in results.items():
         jobs = [r["produce_us"] + r["fetch_us"] for r in runs]
-        ratios = [job / (b["produce_us"] + b["fetch_us"]) - 1 for job, b in zip(jobs, results[first])]
-        cells = [f"{statistics.median(v):.1f} ({min(v):.1f}–{max(v):.1f})" for v in
-                 ([r["produce_us"] for r in runs], [r["fetch_us"] for r in runs], jobs)]
-        cells.append(f"{statistics.median(ratios) * 100:+.1f}% ({min(ratios) * 100:+.1f} to {max(ratios) * 100:+.1f})")
+        rates = [1e6 / (r["produce_rtt_us"] + r["fetch_rtt_us"]) for r in runs]
+        base_rates = [1e6 / (b["produce_rtt_us"] + b["fetch_rtt_us"]) for b in base]
+        cells = [spread([r["produce_us"] for r in runs], ".1f"), spread([r["fetch_us"] for r in runs], ".1f"),
+                 spread(jobs, ".1f"),
+                 spread([(job / (b["produce_us"] + b["fetch_us"]) - 1) * 100 for job, b in zip(jobs, base)], "+.1f", "%"),
+                 spread(rates, ",.0f"), spread([(r / b - 1) * 100 for r, b in zip(rates, base_rates)], "+.1f", "%")]
         print(f"| {name} | {' | '.join(cells)} |")
 
 
