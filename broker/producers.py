@@ -6,6 +6,7 @@ skip; on disk in the segments' `.txnindex` files, as Kafka keeps them)."""
 from __future__ import annotations
 
 import json
+import os
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
@@ -208,10 +209,11 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
     start = plog.log_start_offset
     indexed: list[AbortedTxn] = plog.aborted_txns()
     from_snapshot: list[AbortedTxn] = []
-    path = partition_dir / SNAPSHOT_FILE
-    if path.exists():
+    path = os.path.join(partition_dir, SNAPSHOT_FILE)  # not pathlib: once per partition at start-up
+    if os.path.exists(path):
         try:
-            doc = json.loads(path.read_text())
+            with open(path, encoding="utf-8") as f:
+                doc = json.loads(f.read())
             if doc["offset"] <= plog.log_end_offset:
                 for pid, e in doc["producers"].items():
                     entry = ProducerEntry(e["epoch"], last_timestamp=e["last_timestamp"],
@@ -224,7 +226,7 @@ def load_producers(partition_dir: Path, plog: Any) -> PartitionProducers:
                                  for pid, first, last in doc.get("aborted_transactions", [])]
                 start = max(start, doc["offset"])
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("producer state snapshot unreadable, rebuilding from the log", path=str(path), error=str(exc))
+            log.warning("producer state snapshot unreadable, rebuilding from the log", path=path, error=str(exc))
     # A damaged range is skipped (idempotent producers writing there may see
     # OUT_OF_ORDER_SEQUENCE_NUMBER once).
     for data, h in replay_batches(plog, start, plog.log_end_offset, what="producer state"):

@@ -159,7 +159,7 @@ class Topics:
                     topic.partitions.append(self._remote(topic, i))
                     continue
                 plog = opened.get((name, i)) or self.logs.create(name, i, lc, now_ms=now_ms, topic_id=topic.topic_id)
-                topic.partitions.append(Partition(topic, i, plog, load_producers(Path(plog.path), plog)))
+                topic.partitions.append(Partition(topic, i, plog, load_producers(plog.path, plog)))
             self._index(topic)
         return notes
 

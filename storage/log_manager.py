@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import functools
 import json
 import os
 import re
@@ -72,9 +73,17 @@ def read_partition_metadata(directory: Path) -> uuid.UUID | None:
     except FileNotFoundError:
         return None
     try:
-        text = os.read(fd, 4096).decode("utf-8")
+        data = os.read(fd, 4096)
     finally:
         os.close(fd)
+    return _parse_partition_metadata(data)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_partition_metadata(data: bytes) -> uuid.UUID:
+    """A partition.metadata file's topic id. Memoized: every partition of a topic has the same
+    file, and a start-up reads them all."""
+    text = data.decode("utf-8")
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     if fields.get("version", "").strip() != "0" or "topic_id" not in fields:
         raise ValueError(f"unsupported {PARTITION_METADATA}: {text!r}")
@@ -152,8 +161,13 @@ class LogManager:
                                     log_start_offset=starts.get(key, 0), files=self.files)
             try:
                 tid = read_partition_metadata(path)
-                # One string per topic, not per partition.
-                log.topic_id = topic_ids.setdefault(tid, str(tid)) if tid is not None else None
+                if tid is None:
+                    log.topic_id = None
+                else:  # one string per topic, not per partition
+                    name = topic_ids.get(tid)
+                    if name is None:
+                        name = topic_ids[tid] = str(tid)
+                    log.topic_id = name
             except ValueError as exc:
                 log.recovery_report.append(str(exc))
             log.on_log_start_offset_change = self._log_start_offset_changed

@@ -490,13 +490,17 @@ class LogSegment:
         """Open the log and load both indexes, keeping only their valid leading entries; what
         was dropped is listed in `index_damage` (the caller rebuilds from there)."""
         seg = cls(directory, base_offset, now_ms, files)
-        fd = seg._open_log(os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        # The sizes come from stat, without a descriptor: the log is opened when first read (a
+        # start-up of many partitions, most of them empty, opens and reads only what holds data).
         try:
-            seg.size = os.fstat(fd).st_size
+            seg.size = os.stat(seg._stem + ".log").st_size
+        except FileNotFoundError:  # gone since the directory was listed: an empty segment, as before
+            seg.size = os.fstat(seg._open_log(os.O_RDWR | os.O_CREAT | os.O_APPEND)).st_size
+        try:
             loaded = []
             for ext, entry in ((".index", INDEX_ENTRY), (".timeindex", TIME_INDEX_ENTRY)):
                 path = seg._stem + ext
-                data = seg._read_index(path)
+                data = seg._read_index(path, stat_first=True)
                 if data is None:
                     if seg.size:
                         seg.index_damage.append(f"{os.path.basename(path)} missing")
@@ -515,8 +519,11 @@ class LogSegment:
             raise
         return seg
 
-    def _read_index(self, path: str) -> bytes | None:
+    def _read_index(self, path: str, *, stat_first: bool = False) -> bytes | None:
+        """An index file's bytes, None if it is missing. `stat_first`: an empty file is not opened."""
         try:
+            if stat_first and not os.stat(path).st_size:
+                return b""
             fd = self.files.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
@@ -742,6 +749,8 @@ class LogSegment:
 
     def _scan_items(self, walk_from: int, crc_from: int | None) -> Iterator[Walked]:
         pos = walk_from
+        if pos >= self.size:  # nothing to walk: the log need not be opened
+            return
         if crc_from is None or crc_from > walk_from:
             pos = self.size
             for item in walk_headers(self.log_fd(), walk_from, self.size):
