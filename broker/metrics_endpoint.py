@@ -69,7 +69,7 @@ class BrokerCollector(Collector):
         self.recorder = recorder
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._requests()  # the recorder folds its journal when the counts are read
+        yield from self._requests()  # the recorder folds its slots when the counts are read
         yield from self._topics()
         yield from self._logs()
         yield from self._connections()
