@@ -19,8 +19,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sharebroker.protocol.api_table import API_VERSIONS
-
 __all__ = ["FOLD_AT", "LATENCY_BUCKETS_MS", "NULL_RECORDER", "Histogram", "MetricsRecorder", "Recorder",
            "RequestSlot", "ShareFacts", "all_none", "count_errors", "error_name"]
 
@@ -35,7 +33,6 @@ LOAD_BUCKETS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0
 ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}
 
 ShareKey = tuple[str, str, int]  # (group, topic, partition)
-_MAX_API_KEY = max(API_VERSIONS)
 
 # What a ShareFetch or ShareAcknowledge asked of each topic, noted with its request and counted
 # when its slot is folded (Kafka's Total/Failed ShareFetch and ShareAcknowledgement requests
@@ -237,8 +234,9 @@ class MetricsRecorder(Recorder):
 
     def __init__(self) -> None:
         super().__init__()
-        # api key -> {version: slot}, a list so that finding a request's slot builds no key
-        self.slots_by_api: list[dict[int, RequestSlot]] = [{} for _ in range(_MAX_API_KEY + 1)]
+        # api key -> {version: slot}: finding a request's slot builds no key (any int16 API key
+        # of a refused request has its own)
+        self.slots_by_api: dict[int, dict[int, RequestSlot]] = {}
         self._requests: dict[tuple[int, int], int] = {}
         self._latency: dict[int, Histogram] = {}
         self._errors: dict[tuple[int, str], int] = {}
@@ -288,7 +286,9 @@ class MetricsRecorder(Recorder):
         return {t: self.ack_counts[t] for t in ACK_TYPE_NAMES}
 
     def slot(self, api_key: int, version: int) -> RequestSlot:
-        by_version = self.slots_by_api[api_key]
+        by_version = self.slots_by_api.get(api_key)
+        if by_version is None:
+            by_version = self.slots_by_api[api_key] = {}
         slot = by_version.get(version)
         if slot is None:
             slot = by_version[version] = RequestSlot((api_key, version))
@@ -311,7 +311,7 @@ class MetricsRecorder(Recorder):
         bisecting their sorted list, and its error counts and share facts, nearly all alike, are
         tallied by value."""
         requests, latency, counted = self._requests, self._latency, self._errors
-        for by_version in self.slots_by_api:
+        for by_version in self.slots_by_api.values():
             for slot in by_version.values():
                 times = slot.times
                 if not times:

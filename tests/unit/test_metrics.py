@@ -70,6 +70,17 @@ def test_recorder_counts_requests_topics_and_acknowledgements() -> None:
                                        ("fetch", "audit"): 1}
 
 
+def test_refused_requests_of_any_api_key_are_counted_under_their_own_key() -> None:
+    """A refused frame's API key is whatever int16 the client sent: unknown and negative keys
+    are counted as sent, not folded into a known API's counts."""
+    r = MetricsRecorder()
+    r.request((9999, 0), 0.1, {"INVALID_REQUEST": 1})
+    r.request((-1, 3), 0.1, {"INVALID_REQUEST": 1})
+    r.request((18, 99), 0.1, {"UNSUPPORTED_VERSION": 1})
+    assert r.requests == {(9999, 0): 1, (-1, 3): 1, (18, 99): 1}
+    assert r.errors == {(9999, "INVALID_REQUEST"): 1, (-1, "INVALID_REQUEST"): 1, (18, "UNSUPPORTED_VERSION"): 1}
+
+
 def test_a_slot_folds_when_full_and_when_read() -> None:
     r = MetricsRecorder()
     for _ in range(5000):
