@@ -246,44 +246,6 @@ def profiled(pid: int, name: str | None, rate: int = 500) -> Iterator[None]:
     print("\n".join(summarize(raw, top=40)))
 
 
-def one_run(tree: Path | None, n: int, value_size: int, version: int, profile: bool = False,
-            overrides: dict[str, str] | None = None) -> dict[str, float]:
-    env_before = os.environ.get("PYTHONPATH")
-    with tempfile.TemporaryDirectory(prefix="sharebroker-reqcpu-") as tmp:
-        if tree is not None:
-            os.environ["PYTHONPATH"] = str(tree)
-        try:
-            broker = BrokerProcess(Path(tmp) / "data", overrides or {}).start()
-        finally:
-            if env_before is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = env_before
-        try:
-            assert broker.proc is not None
-            pid = broker.proc.pid
-            raw, hb_raw = Raw(broker.bootstrap), Raw(broker.bootstrap)
-            topic_id = create_topic(raw)
-            member = str(uuid.uuid4())
-            member_epoch = join(hb_raw, member)
-            # The session opens before the jobs exist: the share partition starts at offset 0.
-            opened = raw.request(share_fetch(member, 0, topic_id, None, version, max_wait_ms=0))
-            assert int(opened.error_code) == 0, opened
-            with profiled(pid, "request-cpu-produce" if profile else None):
-                produce_us, produce_sys = run_produce(raw, pid, n, value_size)
-            member_epoch = heartbeat(hb_raw, member, member_epoch)
-            with profiled(pid, "request-cpu-fetch" if profile else None):
-                fetch_us, fetch_sys = run_fetch(raw, hb_raw, pid, member, member_epoch, topic_id, n, version)
-            raw.close()
-            hb_raw.close()
-            if "Traceback" in broker.log_text():
-                print("  [broker log has a Traceback]\n" + broker.log_text()[-1500:])
-            return {"produce_us": produce_us, "fetch_us": fetch_us, "produce_sys_us": produce_sys,
-                    "fetch_sys_us": fetch_sys}
-        finally:
-            broker.stop()
-
-
 @contextlib.contextmanager
 def _broker(tree: Path | None, overrides: dict[str, str]) -> Iterator[BrokerProcess]:
     env_before = os.environ.get("PYTHONPATH")
@@ -301,6 +263,31 @@ def _broker(tree: Path | None, overrides: dict[str, str]) -> Iterator[BrokerProc
             yield broker
         finally:
             broker.stop()
+
+
+def one_run(tree: Path | None, n: int, value_size: int, version: int, profile: bool = False,
+            overrides: dict[str, str] | None = None) -> dict[str, float]:
+    with _broker(tree, overrides or {}) as broker:
+        assert broker.proc is not None
+        pid = broker.proc.pid
+        raw, hb_raw = Raw(broker.bootstrap), Raw(broker.bootstrap)
+        topic_id = create_topic(raw)
+        member = str(uuid.uuid4())
+        member_epoch = join(hb_raw, member)
+        # The session opens before the jobs exist: the share partition starts at offset 0.
+        opened = raw.request(share_fetch(member, 0, topic_id, None, version, max_wait_ms=0))
+        assert int(opened.error_code) == 0, opened
+        with profiled(pid, "request-cpu-produce" if profile else None):
+            produce_us, produce_sys = run_produce(raw, pid, n, value_size)
+        member_epoch = heartbeat(hb_raw, member, member_epoch)
+        with profiled(pid, "request-cpu-fetch" if profile else None):
+            fetch_us, fetch_sys = run_fetch(raw, hb_raw, pid, member, member_epoch, topic_id, n, version)
+        raw.close()
+        hb_raw.close()
+        if "Traceback" in broker.log_text():
+            print("  [broker log has a Traceback]\n" + broker.log_text()[-1500:])
+        return {"produce_us": produce_us, "fetch_us": fetch_us, "produce_sys_us": produce_sys,
+                "fetch_sys_us": fetch_sys}
 
 
 class _JobQueue:
