@@ -265,18 +265,25 @@ def _broker(tree: Path | None, overrides: dict[str, str]) -> Iterator[BrokerProc
             broker.stop()
 
 
+def _set_up(broker: BrokerProcess, version: int) -> tuple[Raw, Raw, uuid.UUID, str, int]:
+    """The job topic, a share member holding its partition and its share session: (connection,
+    heartbeat connection, topic id, member id, member epoch)."""
+    raw, hb_raw = Raw(broker.bootstrap), Raw(broker.bootstrap)
+    topic_id = create_topic(raw)
+    member = str(uuid.uuid4())
+    member_epoch = join(hb_raw, member)
+    # The session opens before the jobs exist: the share partition starts at offset 0.
+    opened = raw.request(share_fetch(member, 0, topic_id, None, version, max_wait_ms=0))
+    assert int(opened.error_code) == 0, opened
+    return raw, hb_raw, topic_id, member, member_epoch
+
+
 def one_run(tree: Path | None, n: int, value_size: int, version: int, profile: bool = False,
             overrides: dict[str, str] | None = None) -> dict[str, float]:
     with _broker(tree, overrides or {}) as broker:
         assert broker.proc is not None
         pid = broker.proc.pid
-        raw, hb_raw = Raw(broker.bootstrap), Raw(broker.bootstrap)
-        topic_id = create_topic(raw)
-        member = str(uuid.uuid4())
-        member_epoch = join(hb_raw, member)
-        # The session opens before the jobs exist: the share partition starts at offset 0.
-        opened = raw.request(share_fetch(member, 0, topic_id, None, version, max_wait_ms=0))
-        assert int(opened.error_code) == 0, opened
+        raw, hb_raw, topic_id, member, member_epoch = _set_up(broker, version)
         with profiled(pid, "request-cpu-produce" if profile else None):
             produce_us, produce_sys = run_produce(raw, pid, n, value_size)
         member_epoch = heartbeat(hb_raw, member, member_epoch)
@@ -296,16 +303,12 @@ class _JobQueue:
     def __init__(self, broker: BrokerProcess, n: int, value_size: int, version: int) -> None:
         assert broker.proc is not None
         self.broker, self.pid, self.version = broker, broker.proc.pid, version
-        self.raw, self.hb_raw = Raw(broker.bootstrap), Raw(broker.bootstrap)
-        self.topic_id = create_topic(self.raw)
-        self.member = str(uuid.uuid4())
-        self.member_epoch = join(self.hb_raw, self.member)
-        opened = self.raw.request(share_fetch(self.member, 0, self.topic_id, None, version, max_wait_ms=0))
-        assert int(opened.error_code) == 0, opened
+        self.raw, self.hb_raw, self.topic_id, self.member, self.member_epoch = _set_up(broker, version)
         self.produces, self.produce_version = produce_frames(n, value_size)
         self.fetches = [encode_request(share_fetch(self.member, i + 1, self.topic_id, i - 1 if i else None, version),
                                        i + 1, "bench") for i in range(n)]
-        self.cpu: dict[str, float] = {}
+        # produce_us, fetch_us: broker CPU per request; produce_rtt_us, fetch_rtt_us: mean round trips
+        self.result: dict[str, float] = {}
 
     def produce(self, i: int) -> None:
         self.raw.corr = i + 1
@@ -325,12 +328,11 @@ class _JobQueue:
 
 
 @contextlib.contextmanager
-def _viewing(brokers: list[BrokerProcess], every_s: float) -> Iterator[list[int]]:
+def _viewing(brokers: list[BrokerProcess], every_s: float) -> Iterator[None]:
     """GET /api/view of each broker with a metrics listener every `every_s` seconds while the block
-    runs; yields the count of polls."""
+    runs."""
     ports = [int(b.log_events("metrics listener started")[0]["port"]) for b in brokers
              if b.overrides.get("metrics.listener")]
-    polls = [0]
     stop = threading.Event()
 
     def poll() -> None:
@@ -340,7 +342,6 @@ def _viewing(brokers: list[BrokerProcess], every_s: float) -> Iterator[list[int]
                 try:
                     conn.request("GET", "/api/view")
                     conn.getresponse().read()
-                    polls[0] += 1
                 finally:
                     conn.close()
 
@@ -348,7 +349,7 @@ def _viewing(brokers: list[BrokerProcess], every_s: float) -> Iterator[list[int]
     if ports and every_s > 0:
         thread.start()
     try:
-        yield polls
+        yield
     finally:
         stop.set()
         if thread.is_alive():
@@ -358,7 +359,8 @@ def _viewing(brokers: list[BrokerProcess], every_s: float) -> Iterator[list[int]
 def interleaved_run(configs: list[tuple[Path | None, dict[str, str]]], n: int, value_size: int,
                     version: int, view_every_s: float = 0.0) -> list[dict[str, float]]:
     """Per config, broker CPU µs per Produce and per ShareFetch and their mean round trips (µs), all
-    brokers taking the requests in turn; brokers with metrics.listener have their live view polled every `view_every_s` (0: never)."""
+    brokers taking the requests in turn; brokers with metrics.listener have their live view polled
+    every `view_every_s` (0: never)."""
     with contextlib.ExitStack() as stack:
         # Started in a random order: a broker started later came out 1.5-2% cheaper in A/A runs.
         starts = random.sample(range(len(configs)), len(configs))
@@ -388,13 +390,12 @@ def interleaved_run(configs: list[tuple[Path | None, dict[str, str]]], n: int, v
                         q.member_epoch = heartbeat(q.hb_raw, q.member, q.member_epoch)
                     next_heartbeat = time.monotonic() + _HEARTBEAT_EVERY_S
             for q in queues:
-                q.cpu[phase] = (cpu_seconds(q.pid) - start[q.pid]) / (n - WARM_UP) * 1e6
-                q.cpu[phase + "_rtt"] = waited[q.pid] / (n - WARM_UP) * 1e6
+                q.result[f"{phase}_us"] = (cpu_seconds(q.pid) - start[q.pid]) / (n - WARM_UP) * 1e6
+                q.result[f"{phase}_rtt_us"] = waited[q.pid] / (n - WARM_UP) * 1e6
         for q in queues:
             if "Traceback" in q.broker.log_text():
                 print("  [broker log has a Traceback]\n" + q.broker.log_text()[-1500:])
-        return [{"produce_us": q.cpu["produce"], "fetch_us": q.cpu["fetch"], "produce_rtt_us": q.cpu["produce_rtt"],
-                 "fetch_rtt_us": q.cpu["fetch_rtt"]} for q in queues]
+        return [q.result for q in queues]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -472,10 +473,10 @@ def _interleaved(trees: list[tuple[str, Path | None, dict[str, str]]], results: 
                 f"{format(max(values), spec)})")
 
     base = results[first]
+    base_rates = [1e6 / (b["produce_rtt_us"] + b["fetch_rtt_us"]) for b in base]
     for name, runs in results.items():
         jobs = [r["produce_us"] + r["fetch_us"] for r in runs]
         rates = [1e6 / (r["produce_rtt_us"] + r["fetch_rtt_us"]) for r in runs]
-        base_rates = [1e6 / (b["produce_rtt_us"] + b["fetch_rtt_us"]) for b in base]
         cells = [spread([r["produce_us"] for r in runs], ".1f"), spread([r["fetch_us"] for r in runs], ".1f"),
                  spread(jobs, ".1f"),
                  spread([(job / (b["produce_us"] + b["fetch_us"]) - 1) * 100 for job, b in zip(jobs, base)], "+.1f", "%"),
