@@ -371,7 +371,7 @@ def interleaved_run(configs: list[tuple[Path | None, dict[str, str]]], n: int, v
         stack.enter_context(_viewing([q.broker for q in queues], view_every_s))
         for phase in ("produce", "fetch"):
             order = list(queues)
-            shuffled = random.Random(phase).shuffle  # an order per request: a broker's place in it costs
+            shuffled = random.shuffle  # an order per request, a new one each run: a broker's place in it costs
             start = {q.pid: 0.0 for q in queues}
             waited = {q.pid: 0.0 for q in queues}  # round trips, the client's send and decode included
             clock = time.perf_counter
