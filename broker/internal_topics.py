@@ -9,6 +9,7 @@ that cannot be created answers COORDINATOR_NOT_AVAILABLE."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -47,7 +48,7 @@ class InternalLog(Protocol):
 
     def get(self, name: str) -> Topic | None: ...
 
-    def ensure(self, name: str, partitions: int, segment_bytes: int) -> Topic: ...
+    async def ensure(self, name: str, partitions: int, segment_bytes: int) -> Topic: ...
 
     async def append(self, partition: Partition, records: list[tuple[bytes, bytes | None]], *,
                      transaction: tuple[int, int] | None = None) -> int: ...
@@ -59,26 +60,36 @@ class InternalTopics:
     def __init__(self, topics: Topics, durability: AppendDurability) -> None:
         self._topics = topics
         self._durability = durability
+        self._creating: dict[str, asyncio.Future[Topic]] = {}
 
     def get(self, name: str) -> Topic | None:
         return self._topics.get(name)
 
-    def ensure(self, name: str, partitions: int, segment_bytes: int) -> Topic:
+    async def ensure(self, name: str, partitions: int, segment_bytes: int) -> Topic:
+        """The topic, created on first use: its files are made on a worker thread while the event
+        loop serves, and every caller that asks meanwhile waits for that one creation."""
         topic = self._topics.get(name)
-        if topic is None:
-            try:
-                # Pruned by the coordinators themselves (log start offset), never by time or size;
-                # as in Kafka, the group and transaction logs are also compacted by the log cleaner
-                # (their records are keyed state, the last per key wins), __share_group_state is not.
-                policy = "compact" if name in COMPACTED_INTERNAL_TOPICS else "delete"
-                topic = self._topics.create(name, partitions, {
-                    "cleanup.policy": policy, "retention.ms": "-1", "retention.bytes": "-1",
-                    "segment.bytes": str(segment_bytes)}, now_ms())
-            except KafkaError as exc:
-                # Out of descriptors or space: nothing was created; as Kafka's FindCoordinator while
-                # its topic cannot be created, the client is told to retry.
-                raise KafkaError(ErrorCode.coordinator_not_available, exc.message) from exc
-        return topic
+        if topic is not None:
+            return topic
+        creating = self._creating.get(name)
+        if creating is None:
+            creating = self._creating[name] = asyncio.ensure_future(self._create(name, partitions, segment_bytes))
+            creating.add_done_callback(lambda _: self._creating.pop(name, None))
+        return await asyncio.shield(creating)
+
+    async def _create(self, name: str, partitions: int, segment_bytes: int) -> Topic:
+        try:
+            # Pruned by the coordinators themselves (log start offset), never by time or size;
+            # as in Kafka, the group and transaction logs are also compacted by the log cleaner
+            # (their records are keyed state, the last per key wins), __share_group_state is not.
+            policy = "compact" if name in COMPACTED_INTERNAL_TOPICS else "delete"
+            return await self._topics.create_async(name, partitions, {
+                "cleanup.policy": policy, "retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(segment_bytes)}, now_ms())
+        except KafkaError as exc:
+            # Out of descriptors or space: nothing was created; as Kafka's FindCoordinator while
+            # its topic cannot be created, the client is told to retry.
+            raise KafkaError(ErrorCode.coordinator_not_available, exc.message) from exc
 
     async def append(self, partition: Partition, records: list[tuple[bytes, bytes | None]], *,
                      transaction: tuple[int, int] | None = None) -> int:

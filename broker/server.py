@@ -192,7 +192,7 @@ class Broker:
                 coordinator.finish_load()
             self.transactions.load()
             if self.workers is not None:
-                self.workers.ensure_internal_topics()
+                await self.workers.ensure_internal_topics()
         except BaseException:
             # Out of descriptors half-way, typically: give them back so the caller can say what the
             # data directory needs (and so nothing of a failed start stays open in-process).

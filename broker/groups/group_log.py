@@ -58,8 +58,12 @@ class GroupLog:
     def register(self, restate: Restater) -> None:
         self._restaters.append(restate)
 
-    def _topic(self) -> Topic:
-        return self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, _SEGMENT_BYTES)
+    async def _topic(self) -> Topic:
+        """The offsets topic; the first call creates it (off the event loop)."""
+        topic = self.internal.get(OFFSETS_TOPIC)
+        if topic is not None:
+            return topic
+        return await self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, _SEGMENT_BYTES)
 
     def partition_of(self, group_id: str) -> int:
         return offsets_partition(group_id, self.num_partitions)
@@ -69,7 +73,7 @@ class GroupLog:
         returns the offset of the first once the flush policy is met (-1 for no records)."""
         if not records:
             return -1
-        partition = self._topic().partitions[self.partition_of(group_id)]
+        partition = (await self._topic()).partitions[self.partition_of(group_id)]
         index = partition.index
         while (compaction := self._compacting.get(index)) is not None:
             await asyncio.shield(compaction)

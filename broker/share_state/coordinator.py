@@ -76,9 +76,13 @@ class ShareCoordinator:
 
     # -- the internal topic ----------------------------------------------------------------------
 
-    def _topic(self) -> Topic:
-        return self.internal.ensure(STATE_TOPIC, self.num_partitions,
-                                    self.config["share.coordinator.state.topic.segment.bytes"])
+    async def _topic(self) -> Topic:
+        """The state topic; the first call creates it (off the event loop)."""
+        topic = self.internal.get(STATE_TOPIC)
+        if topic is not None:
+            return topic
+        return await self.internal.ensure(STATE_TOPIC, self.num_partitions,
+                                          self.config["share.coordinator.state.topic.segment.bytes"])
 
     def _partition_for(self, key: Key) -> int:
         return rec.state_partition(key[0], key[1], key[2], self.num_partitions)
@@ -177,7 +181,7 @@ class ShareCoordinator:
         if index not in self._draining and self.linger_ms <= 0:
             self._draining.add(index)
             try:
-                partition = self._topic().partitions[index]
+                partition = (await self._topic()).partitions[index]
                 return await self.internal.append(partition, [(key_bytes, value)])
             except Exception as exc:
                 raise _append_failed(exc, index) from None
@@ -201,7 +205,7 @@ class ShareCoordinator:
     async def _drain(self, index: int) -> None:
         try:
             try:
-                partition = self._topic().partitions[index]
+                partition = (await self._topic()).partitions[index]
             except Exception as exc:
                 self._fail_queue(index, _append_failed(exc, index))
                 return

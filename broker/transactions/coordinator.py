@@ -217,9 +217,12 @@ class TransactionCoordinator:
 
     # -- the log ---------------------------------------------------------------------------------
 
-    def _state_partition(self, transactional_id: str) -> Partition:
-        n = self.config["transaction.state.log.num.partitions"]
-        topic = self.internal.ensure(TRANSACTION_STATE_TOPIC, n, self.config["transaction.state.log.segment.bytes"])
+    async def _state_partition(self, transactional_id: str) -> Partition:
+        topic = self.internal.get(TRANSACTION_STATE_TOPIC)
+        if topic is None:  # the first write creates it (off the event loop)
+            n = self.config["transaction.state.log.num.partitions"]
+            topic = await self.internal.ensure(TRANSACTION_STATE_TOPIC, n,
+                                               self.config["transaction.state.log.segment.bytes"])
         return topic.partitions[partition_for(transactional_id, len(topic.partitions))]
 
     async def _write(self, txn: TxnMetadata, transition: Transition | None) -> None:
@@ -227,7 +230,7 @@ class TransactionCoordinator:
         write the disk refuses leaves the state as it was (NOT_COORDINATOR, the client retries)."""
         key = trec.encode_key(txn.transactional_id)
         value = None if transition is None else trec.encode_value(transition.value())
-        partition = self._state_partition(txn.transactional_id)
+        partition = await self._state_partition(txn.transactional_id)
         txn.pending = True
         try:
             await self.internal.append(partition, [(key, value)])

@@ -105,12 +105,12 @@ class WorkerCluster:
         while not os.path.exists(self.identity.after):
             await asyncio.sleep(0.01)
 
-    def ensure_internal_topics(self) -> None:
+    async def ensure_internal_topics(self) -> None:
         """Worker 0 creates the coordinators' topics before the others start (they only read the
         metadata file), so every worker has its partitions of them from the start."""
         if self.identity.index == 0:
-            self.broker.group_log._topic()
-            self.broker.share_persister._topic()
+            await self.broker.group_log._topic()
+            await self.broker.share_persister._topic()
         elif self.broker.topics.get(OFFSETS_TOPIC) is None or self.broker.topics.get(STATE_TOPIC) is None:
             raise RuntimeError("worker 0 did not create the internal topics")
 

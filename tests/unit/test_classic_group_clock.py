@@ -44,6 +44,9 @@ async def test_members_expire_on_the_monotonic_clock_not_the_wall_clock(tmp_path
                                             "group.initial.rebalance.delay.ms": "0"}), clock=clock)
     await b.start()
     try:
+        # The offsets topic first: its files are made on a worker thread, in real time, which
+        # `settle`'s turns of the manual clock do not wait for.
+        await b.group_log._topic()
         cg = b.classic_groups
         kw = {"group_id": "g", "group_instance_id": None, "client_id": "c", "client_host": "/127.0.0.1",
               "session_timeout_ms": SESSION_MS, "rebalance_timeout_ms": SESSION_MS, "protocol_type": "consumer",

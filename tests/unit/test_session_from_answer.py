@@ -1,6 +1,6 @@
 """A member's session runs from its heartbeat's answer: a heartbeat that the group's write held past
 the deadline it started from (the first write of a fresh broker creates an internal topic's 50
-partitions inline) does not leave its member expired the moment it is answered. Share and consumer
+partitions first) does not leave its member expired the moment it is answered. Share and consumer
 groups; in-process Broker with a manual clock, the slow write a persist that takes longer than
 the session."""
 

@@ -50,7 +50,7 @@ async def append_at(b: Broker, index: int, records: list[StateRecord]) -> None:
     """Append share-state records to partition `index` of the state topic, as a writer that
     placed them there would have."""
     coord = b.share_persister
-    topic = coord.internal.ensure(STATE_TOPIC, N, b.config["share.coordinator.state.topic.segment.bytes"])
+    topic = await coord.internal.ensure(STATE_TOPIC, N, b.config["share.coordinator.state.topic.segment.bytes"])
     await coord.internal.append(topic.partitions[index], [rec.encode_record(r) for r in records])
 
 

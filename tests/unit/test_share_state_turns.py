@@ -46,7 +46,7 @@ class GatedLog:
     def get(self, name: str) -> Any:
         return self.topic
 
-    def ensure(self, name: str, partitions: int, segment_bytes: int) -> Any:
+    async def ensure(self, name: str, partitions: int, segment_bytes: int) -> Any:
         if self.topic is None:
             self.topic = _Topic(partitions)
         return self.topic
