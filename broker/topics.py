@@ -120,6 +120,7 @@ class Topics:
         self.by_name: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.auto_creating: set[str] = set()  # names a Metadata request asked to create, not created yet
+        self.creating: set[str] = set()  # names create_async is making the partitions of (off the loop)
         # Moves on every creation, deletion and partition addition: watchers (the consumer group
         # sweep) compare it instead of fingerprinting every topic ten times a second.
         self.version = 0
@@ -246,7 +247,7 @@ class Topics:
     def collision(self, name: str) -> str | None:
         """Kafka refuses topics whose names differ only by '.' versus '_' (metric names clash)."""
         norm = name.replace(".", "_")
-        for existing in self.by_name:
+        for existing in (*self.by_name, *self.creating):
             if existing != name and existing.replace(".", "_") == norm:
                 return existing
         return None
@@ -259,6 +260,8 @@ class Topics:
         `prepared`: the partitions whose directories `create_async` made (with `topic_id`)."""
         if not self.writable:  # worker.processes > 1: worker 0 writes the metadata (the gate forwards to it)
             raise KafkaError(ErrorCode.not_controller, "Topics are created by worker 0.")
+        if name in self.creating and topic_id is None:  # being made by create_async
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         config = topic_config(self._config, overrides)  # invalid settings fail before anything is stored
         if topic_id is None:
             topic_id = self._new_topic_id()
@@ -275,28 +278,35 @@ class Topics:
 
     async def create_async(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> Topic:
         """`create`, with the partitions' directories and files made on a worker thread first
-        (LogManager.prepare), so the event loop serves other requests meanwhile: an internal
-        topic's 50 partitions held every request for 0.2-0.5 s on this project's disk. The caller
-        makes sure nothing else creates `name` meanwhile."""
+        (LogManager.prepare), so the event loop serves other requests meanwhile (an internal
+        topic's 50 partitions held every request for 0.2-0.5 s on this project's disk). Until it
+        returns the name is in `creating`: another creation of it (or of a name that collides
+        with it) is refused as if it existed."""
         if not self.writable:
             raise KafkaError(ErrorCode.not_controller, "Topics are created by worker 0.")
+        if name in self.creating or name in self.by_name:
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         topic_config(self._config, overrides)  # invalid settings fail before anything is made
         topic_id = self._new_topic_id()
         local = [i for i in range(partitions) if self.owns is None or self.owns(name, i)]
+        self.creating.add(name)
         try:
-            prepared = await asyncio.to_thread(self.logs.prepare, name, local, topic_id)
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise _storage_error(f"Error while creating log for {name} in dir {self.log_dir}", exc) from exc
-            # Out of descriptors: made on the loop, where the file cache can give some back.
-            prepared = frozenset()
-        try:
-            return self.create(name, partitions, overrides, now_ms, topic_id=topic_id, prepared=prepared)
-        except BaseException:
-            for i in prepared:  # those `create` did not open and discard itself
-                if (name, i) not in self.logs.logs:
-                    shutil.rmtree(self.logs.partition_dir(name, i), ignore_errors=True)
-            raise
+            try:
+                prepared = await asyncio.to_thread(self.logs.prepare, name, local, topic_id)
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise _storage_error(f"Error while creating log for {name} in dir {self.log_dir}", exc) from exc
+                # Out of descriptors: made on the loop, where the file cache can give some back.
+                prepared = frozenset()
+            try:
+                return self.create(name, partitions, overrides, now_ms, topic_id=topic_id, prepared=prepared)
+            except BaseException:
+                for i in prepared:  # those `create` did not open and discard itself
+                    if (name, i) not in self.logs.logs:
+                        shutil.rmtree(self.logs.partition_dir(name, i), ignore_errors=True)
+                raise
+        finally:
+            self.creating.discard(name)
 
     def _new_topic_id(self) -> uuid.UUID:
         topic_id = random_kafka_uuid()

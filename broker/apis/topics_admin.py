@@ -57,7 +57,7 @@ def check_manual_assignment(broker: Broker, broker_ids: Any) -> None:
 
 def _validate_new_topic(broker: Broker, name: str) -> None:
     validate_topic_name(name)
-    if broker.topics.get(name) is not None:
+    if broker.topics.get(name) is not None or name in broker.topics.creating:
         raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     other = broker.topics.collision(name)
     if other is not None:

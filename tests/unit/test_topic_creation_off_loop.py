@@ -1,6 +1,8 @@
-"""An internal topic is created on first use with its partitions' directories and files made on a
-worker thread (LogManager.prepare), so the event loop keeps serving: `__share_group_state`'s 50
-partitions held every request for 0.2-0.5 s when they were made on the loop."""
+"""Topics are created with their partitions' directories and files made on a worker thread
+(LogManager.prepare), so the event loop keeps serving: `__share_group_state`'s 50 partitions held
+every request for 0.2-0.5 s when they were made on the loop. Internal topics on first use
+(InternalTopics.ensure, through Topics.create_async); while a name is being made, another creation
+of it is refused as existing."""
 
 from __future__ import annotations
 
@@ -134,4 +136,42 @@ async def test_out_of_descriptors_on_the_worker_thread_the_loop_makes_them(tmp_p
     topic = await internal.ensure(STATE, 5, 1 << 20)
     assert len(topic.partitions) == 5
     assert all(read_partition_metadata(tmp_path / f"{STATE}-{i}") == topic.topic_id for i in range(5))
+    topics.close()
+
+
+async def test_a_name_being_created_is_refused_as_existing_until_it_is(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from sharebroker.broker.apis.topics_admin import _validate_new_topic
+
+    topics = _topics(tmp_path)
+    release = threading.Event()
+    real = topics.logs.prepare
+
+    def prepare(*args: Any) -> frozenset[int]:
+        assert release.wait(30)
+        return real(*args)
+
+    topics.logs.prepare = prepare  # type: ignore[method-assign]
+    first = asyncio.ensure_future(topics.create_async("jobs.a", 3, {}, NOW))
+    while "jobs.a" not in topics.creating:
+        await asyncio.sleep(0)
+    broker = SimpleNamespace(topics=topics)
+    for attempt in (lambda: topics.create("jobs.a", 1, {}, NOW), lambda: _validate_new_topic(broker, "jobs.a")):
+        with pytest.raises(KafkaError) as exists:
+            attempt()  # type: ignore[no-untyped-call]
+        assert exists.value.code == ErrorCode.topic_already_exists
+    with pytest.raises(KafkaError) as exists:
+        await topics.create_async("jobs.a", 1, {}, NOW)
+    assert exists.value.code == ErrorCode.topic_already_exists
+    with pytest.raises(KafkaError) as collides:
+        _validate_new_topic(broker, "jobs_a")  # '.' against '_': Kafka's metric-name clash
+    assert collides.value.code == ErrorCode.invalid_topic_exception
+    assert topics.get("jobs.a") is None
+    release.set()
+    topic = await first
+    assert len(topic.partitions) == 3 and topics.get("jobs.a") is topic and not topics.creating
+    with pytest.raises(KafkaError) as exists:
+        _validate_new_topic(broker, "jobs.a")
+    assert exists.value.code == ErrorCode.topic_already_exists
     topics.close()
