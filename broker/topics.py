@@ -252,19 +252,24 @@ class Topics:
                 return existing
         return None
 
-    def create(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int, *,
-               topic_id: uuid.UUID | None = None, prepared: frozenset[int] = frozenset()) -> Topic:
+    def create(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int) -> Topic:
         """Create a topic: its partition logs first, then the metadata write that commits it. A
         failure (out of descriptors or space) removes the logs made so far, so nothing of the topic
-        is left on disk or in memory and the name can be used again; KafkaError(KAFKA_STORAGE_ERROR).
-        `prepared`: the partitions whose directories `create_async` made (with `topic_id`)."""
+        is left on disk or in memory and the name can be used again; KafkaError(KAFKA_STORAGE_ERROR)."""
+        self._check_writable()
+        if name in self.creating:  # being made by create_async
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        return self._make(name, partitions, overrides, now_ms, self._new_topic_id(), frozenset())
+
+    def _check_writable(self) -> None:
         if not self.writable:  # worker.processes > 1: worker 0 writes the metadata (the gate forwards to it)
             raise KafkaError(ErrorCode.not_controller, "Topics are created by worker 0.")
-        if name in self.creating and topic_id is None:  # being made by create_async
-            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+
+    def _make(self, name: str, partitions: int, overrides: dict[str, str], now_ms: int, topic_id: uuid.UUID,
+              prepared: frozenset[int]) -> Topic:
+        """`create` once the name is checked; `prepared`: the partitions whose directories
+        `create_async` made (with `topic_id`)."""
         config = topic_config(self._config, overrides)  # invalid settings fail before anything is stored
-        if topic_id is None:
-            topic_id = self._new_topic_id()
         topic = Topic(name, topic_id, dict(overrides), config)
         topic.partitions = self._create_logs(topic, 0, partitions, now_ms, prepared)
         try:
@@ -282,8 +287,7 @@ class Topics:
         topic's 50 partitions held every request for 0.2-0.5 s on this project's disk). Until it
         returns the name is in `creating`: another creation of it (or of a name that collides
         with it) is refused as if it existed."""
-        if not self.writable:
-            raise KafkaError(ErrorCode.not_controller, "Topics are created by worker 0.")
+        self._check_writable()
         if name in self.creating or name in self.by_name:
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         topic_config(self._config, overrides)  # invalid settings fail before anything is made
@@ -299,7 +303,7 @@ class Topics:
                 # Out of descriptors: made on the loop, where the file cache can give some back.
                 prepared = frozenset()
             try:
-                return self.create(name, partitions, overrides, now_ms, topic_id=topic_id, prepared=prepared)
+                return self._make(name, partitions, overrides, now_ms, topic_id, prepared)
             except BaseException:
                 for i in prepared:  # those `create` did not open and discard itself
                     if (name, i) not in self.logs.logs:

@@ -29,7 +29,6 @@ from sharebroker.storage.files import (
     CheckpointError,
     fsync_dir,
     read_offset_checkpoint,
-    write_all,
     write_atomic,
     write_offset_checkpoint,
 )
@@ -187,7 +186,8 @@ class LogManager:
         and partition.metadata, for `create(..., prepared=True)` to open: the part of creating
         partitions that waits on the disk (a directory and four files each, and their fsyncs), run
         on a worker thread while the event loop serves. So it touches no state of this manager and
-        no cached descriptor. A directory that already exists is left to `create` (which recovers
+        no cached descriptor (plain `os.open`: out of descriptors it fails, and the caller makes
+        them on the loop). A directory that already exists is left to `create` (which recovers
         it) and not returned. If one fails, those made so far are removed and the error raised."""
         made: list[int] = []
         first = segment_name(0)
@@ -202,17 +202,9 @@ class LogManager:
                 made.append(index)
                 for ext in (".log", ".index", ".timeindex"):
                     os.close(os.open(os.path.join(path, first + ext), os.O_WRONLY | os.O_CREAT, 0o644))
-                tmp = os.path.join(path, PARTITION_METADATA + ".tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    write_all(fd, metadata)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, os.path.join(path, PARTITION_METADATA))
-                fsync_dir(path)
+                write_atomic(path / PARTITION_METADATA, metadata, opener=os.open)  # and fsyncs `path`
             if made:
-                fsync_dir(self.log_dir)
+                fsync_dir(self.log_dir, opener=os.open)
         except BaseException:
             for index in made:
                 shutil.rmtree(self.partition_dir(topic, index), ignore_errors=True)

@@ -60,9 +60,6 @@ class GroupLog:
 
     async def _topic(self) -> Topic:
         """The offsets topic; the first call creates it (off the event loop)."""
-        topic = self.internal.get(OFFSETS_TOPIC)
-        if topic is not None:
-            return topic
         return await self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, _SEGMENT_BYTES)
 
     def partition_of(self, group_id: str) -> int:

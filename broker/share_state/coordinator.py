@@ -78,9 +78,6 @@ class ShareCoordinator:
 
     async def _topic(self) -> Topic:
         """The state topic; the first call creates it (off the event loop)."""
-        topic = self.internal.get(STATE_TOPIC)
-        if topic is not None:
-            return topic
         return await self.internal.ensure(STATE_TOPIC, self.num_partitions,
                                           self.config["share.coordinator.state.topic.segment.bytes"])
 

@@ -218,11 +218,8 @@ class TransactionCoordinator:
     # -- the log ---------------------------------------------------------------------------------
 
     async def _state_partition(self, transactional_id: str) -> Partition:
-        topic = self.internal.get(TRANSACTION_STATE_TOPIC)
-        if topic is None:  # the first write creates it (off the event loop)
-            n = self.config["transaction.state.log.num.partitions"]
-            topic = await self.internal.ensure(TRANSACTION_STATE_TOPIC, n,
-                                               self.config["transaction.state.log.segment.bytes"])
+        n = self.config["transaction.state.log.num.partitions"]  # the first write creates it (off the loop)
+        topic = await self.internal.ensure(TRANSACTION_STATE_TOPIC, n, self.config["transaction.state.log.segment.bytes"])
         return topic.partitions[partition_for(transactional_id, len(topic.partitions))]
 
     async def _write(self, txn: TxnMetadata, transition: Transition | None) -> None:
