@@ -1,8 +1,10 @@
 """Many partitions under a small open-file limit (issue 24): for each partition count, a fresh
 broker whose RLIMIT_NOFILE is set in the child process (`--ulimit`, soft = hard), 100 topics of
-N/100 partitions created in CreateTopics batches, one record produced to each of a sample of
-partitions, Metadata(all) latency, a clean restart, the sample fetched back, and the broker's RSS
-and open descriptors (/proc/<pid>/fd) along the way.
+N/100 partitions created in CreateTopics batches while another client sends Metadata (no topics)
+back to back (its round trips while the partitions are made: how long creation holds the event
+loop), one record produced to each of a sample of partitions, Metadata(all) latency, a clean
+restart, the sample fetched back, and the broker's RSS and open descriptors (/proc/<pid>/fd) along
+the way.
 
     python -m bench.partitions --partitions 1000 10000 100000 [--ulimit 4096] [--sample 1000]"""
 
@@ -16,6 +18,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -122,6 +125,32 @@ def metadata_ms(wire: Wire, runs: int) -> tuple[float, float, int]:
     return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))], listed
 
 
+class BusyClient:
+    """Another client meanwhile: Metadata for no topics, one in flight, back to back, on a thread
+    of its own, until stopped; the round trips it measured."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._wire = Wire(bootstrap)
+        self._stop = threading.Event()
+        self.round_trips_ms: list[float] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        cls = load_request_schema(3, 12)
+        req = cls(topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            self._wire.request(req)
+            self.round_trips_ms.append((time.perf_counter() - t0) * 1000)
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join()
+        self._wire.close()
+        return self.round_trips_ms
+
+
 def rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -147,10 +176,16 @@ def run(partitions: int, ulimit: int, sample_size: int, metadata_runs: int, over
             assert broker.proc is not None
             wire = Wire(broker.bootstrap)
             batch = max(1, 10_000 // per_topic)  # about 10,000 partitions per CreateTopics
+            busy = BusyClient(broker.bootstrap)
             t0 = time.perf_counter()
-            for i in range(0, len(names), batch):
-                create_topics(wire, names[i:i + batch], per_topic)
-            out["create_s"] = time.perf_counter() - t0
+            try:
+                for i in range(0, len(names), batch):
+                    create_topics(wire, names[i:i + batch], per_topic)
+                out["create_s"] = time.perf_counter() - t0
+            finally:
+                waits = sorted(busy.stop())
+            if waits:
+                out["busy_p50_ms"], out["busy_max_ms"] = statistics.median(waits), waits[-1]
             t0 = time.perf_counter()
             produce(wire, sample)
             out["produce_s"] = time.perf_counter() - t0
@@ -189,12 +224,14 @@ def main() -> None:
     parser.add_argument("-o", "--override", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
     overrides = dict(o.split("=", 1) for o in args.override)
-    print("| partitions | ulimit -n | create s | Metadata(all) p50 / p99 ms | restart s | Metadata after restart "
-          "p50 ms | fetched | RSS MB (after restart) | open fds (after restart) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| partitions | ulimit -n | create s | another client's round trip while creating p50 / max ms "
+          "| Metadata(all) p50 / p99 ms | restart s | Metadata after restart p50 ms | fetched | RSS MB (after restart) "
+          "| open fds (after restart) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in args.partitions:
         r = run(n, args.ulimit, args.sample, args.metadata_runs, overrides)
         print(f"| {r['partitions']:,} | {r['ulimit']} | {_fmt(r, 'create_s', '.1f')} | "
+              f"{_fmt(r, 'busy_p50_ms', '.1f')} / {_fmt(r, 'busy_max_ms', '.0f')} | "
               f"{_fmt(r, 'metadata_p50_ms', '.1f')} / {_fmt(r, 'metadata_p99_ms', '.1f')} | {_fmt(r, 'restart_s', '.2f')} "
               f"| {_fmt(r, 'after_restart_metadata_p50_ms', '.1f')} | "
               f"{r.get('fetched', '-')}/{r.get('sample', '-')} | {_fmt(r, 'rss_mb', '.0f')} "

@@ -151,6 +151,9 @@ def _count_rows(w: dict[str, Any], add: Any) -> None:
             ten_k = int(n) == 10_000
             add(f"w11 {int(n):,} partitions (ulimit -n 4096): restart", r["restart_s"], "s", "",
                 "<2 s" if ten_k else "", (r["restart_s"]["median"] < 2) if ten_k else None)
+        if "busy_max_ms" in r:
+            add(f"w11 {int(n):,} partitions: another client's slowest round trip while they were created",
+                r["busy_max_ms"], "ms")
         if "metadata_p50_ms" in r:
             add(f"w11 {int(n):,} partitions: Metadata(all) p50", r["metadata_p50_ms"], "ms")
         if "metadata_p99_ms" in r:

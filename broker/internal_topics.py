@@ -66,8 +66,8 @@ class InternalTopics:
         return self._topics.get(name)
 
     async def ensure(self, name: str, partitions: int, segment_bytes: int) -> Topic:
-        """The topic, created on first use: its files are made on a worker thread while the event
-        loop serves, and every caller that asks meanwhile waits for that one creation."""
+        """The topic, created on first use (a slice of its partitions at a time, the event loop
+        serving between slices); every caller that asks meanwhile waits for that one creation."""
         topic = self._topics.get(name)
         if topic is not None:
             return topic
@@ -76,6 +76,14 @@ class InternalTopics:
             creating = self._creating[name] = asyncio.ensure_future(self._create(name, partitions, segment_bytes))
             creating.add_done_callback(lambda _: self._creating.pop(name, None))
         return await asyncio.shield(creating)
+
+    async def stop(self) -> None:
+        """Cancels the creations under way (the broker is stopping): what they made is removed."""
+        pending = list(self._creating.values())
+        for creating in pending:
+            creating.cancel()
+        if pending:
+            await asyncio.wait(pending)
 
     async def _create(self, name: str, partitions: int, segment_bytes: int) -> Topic:
         try:

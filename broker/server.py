@@ -11,7 +11,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from sharebroker.broker.transactions.coordinator import TransactionCoordinator
 from sharebroker.broker.workers import WorkerIdentity
 from sharebroker.broker.workers.cluster import WorkerCluster
 from sharebroker.config import BrokerConfig
+from sharebroker.protocol.errors import ErrorCode, KafkaError
 
 log = get_logger("sharebroker.server")
 
@@ -76,7 +77,7 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])  # KIP-227
         # The owners are built from the seams they use, not from the broker: internal topics for
         # the coordinators' logs, the persister for share state, this broker as the group directory.
-        internal = InternalTopics(self.topics, self)
+        internal = self.internal_topics = InternalTopics(self.topics, self)
         self.share_persister = ShareCoordinator(config, self.topics, internal)
         if self.workers is not None:
             self.share_persister = self.workers.attach(self.share_persister)
@@ -129,6 +130,7 @@ class Broker:
             pair.rpartition(":") for pair in config["max.connections.per.ip.overrides"].split(",") if pair.strip())}
         self._closed_since_trim = 0
         self._timers: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()  # spawn(): work no request waits for
         self._jwks: list[JwksValidator] = []  # OAUTHBEARER key sets to keep fresh
         self._producer_ids: range = range(0)
         self._producer_id_iter: Any = iter(())
@@ -415,6 +417,11 @@ class Broker:
             await asyncio.wait(list(self._connections), timeout=5)
         for timer in self._timers:
             timer.cancel()
+        for task in list(self._background):  # a topic being auto-created: what it made goes
+            task.cancel()
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=5)
+        await self.internal_topics.stop()
         await self.share_groups.stop()
         await self.classic_groups.stop()
         await self.consumer_groups.stop()
@@ -432,9 +439,18 @@ class Broker:
             self._dir_lock.release()
         log.info("broker stopped")
 
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a task of its own, cancelled when the broker stops."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     # -- topic changes other owners must hear about ----------------------------------------------
 
     async def delete_topic(self, name: str) -> None:
+        await self.topics.settled(name)  # partitions being added: after them
+        if self.topics.get(name) is None:  # deleted by another request meanwhile
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         topic = self.topics.delete(name)
         self.share.drop_topic(topic.topic_id)
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
@@ -458,8 +474,9 @@ class Broker:
         return ([(g.group_id, "share", g.state, "share") for g in self.share_groups.groups.values()]
                 + self.classic_groups.listing() + self.consumer_groups.listing())
 
-    def add_partitions(self, name: str, total: int) -> None:
-        self.topics.add_partitions(name, total, now_ms())
+    async def add_partitions(self, name: str, total: int) -> int:
+        """The topic's partition count before."""
+        return await self.topics.add_partitions(name, total, now_ms())
 
     def on_log_start_moved(self, partition: Partition) -> None:
         partition.notify_append()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from sharebroker.storage.file_cache import open_file
@@ -42,10 +42,9 @@ class LogDirLock:
             self._fd = None
 
 
-def fsync_dir(path: Path | str, *, opener: Callable[[str, int, int], int] = open_file) -> None:
-    """Make a directory's entries (created, renamed, deleted files) durable. `opener`: `os.open`
-    off the event loop, where the file cache's descriptors must not be touched."""
-    fd = opener(str(path), os.O_RDONLY | os.O_DIRECTORY, 0o644)
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (created, renamed, deleted files) durable."""
+    fd = open_file(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
@@ -66,11 +65,11 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view.release()
 
 
-def write_atomic(path: Path, data: bytes, *, opener: Callable[[str, int, int], int] = open_file) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """Replace `path` so a crash leaves either the old or the new content: write a temp file,
-    fsync it, rename it over `path`, fsync the directory. `opener` as for `fsync_dir`."""
+    fsync it, rename it over `path`, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = opener(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
             write_all(fd, data)
@@ -85,7 +84,7 @@ def write_atomic(path: Path, data: bytes, *, opener: Callable[[str, int, int], i
         except OSError:
             pass
         raise
-    fsync_dir(path.parent, opener=opener)
+    fsync_dir(path.parent)
 
 
 class CheckpointError(ValueError):

@@ -21,7 +21,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
@@ -34,7 +34,7 @@ from sharebroker.storage.files import (
 )
 from sharebroker.storage.file_cache import FileCache, open_file
 from sharebroker.storage.log_config import LogConfig
-from sharebroker.storage.partition_log import PartitionLog, segment_name
+from sharebroker.storage.partition_log import PartitionLog
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -62,12 +62,8 @@ def topic_id_from_base64(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
-def _partition_metadata(topic_id: uuid.UUID | str) -> bytes:
-    return f"version: 0\ntopic_id: {topic_id_base64(topic_id)}".encode()
-
-
 def write_partition_metadata(directory: Path, topic_id: uuid.UUID | str) -> None:
-    write_atomic(directory / PARTITION_METADATA, _partition_metadata(topic_id))
+    write_atomic(directory / PARTITION_METADATA, f"version: 0\ntopic_id: {topic_id_base64(topic_id)}".encode())
 
 
 def read_partition_metadata(directory: Path) -> uuid.UUID | None:
@@ -181,41 +177,11 @@ class LogManager:
             fsync_dir(self.log_dir)
         return dict(self._logs)
 
-    def prepare(self, topic: str, partitions: Sequence[int], topic_id: uuid.UUID) -> frozenset[int]:
-        """The directories of new partitions, made durable with their first segment's empty files
-        and partition.metadata, for `create(..., prepared=True)` to open: the part of creating
-        partitions that waits on the disk (a directory and four files each, and their fsyncs), run
-        on a worker thread while the event loop serves. So it touches no state of this manager and
-        no cached descriptor (plain `os.open`: out of descriptors it fails, and the caller makes
-        them on the loop). A directory that already exists is left to `create` (which recovers
-        it) and not returned. If one fails, those made so far are removed and the error raised."""
-        made: list[int] = []
-        first = segment_name(0)
-        metadata = _partition_metadata(topic_id)
-        try:
-            for index in partitions:
-                path = self.partition_dir(topic, index)
-                try:
-                    os.mkdir(path)
-                except FileExistsError:
-                    continue
-                made.append(index)
-                for ext in (".log", ".index", ".timeindex"):
-                    os.close(os.open(os.path.join(path, first + ext), os.O_WRONLY | os.O_CREAT, 0o644))
-                write_atomic(path / PARTITION_METADATA, metadata, opener=os.open)  # and fsyncs `path`
-            if made:
-                fsync_dir(self.log_dir, opener=os.open)
-        except BaseException:
-            for index in made:
-                shutil.rmtree(self.partition_dir(topic, index), ignore_errors=True)
-            raise
-        return frozenset(made)
-
     def create(self, topic: str, partition: int, config: LogConfig, *, now_ms: int | None = None,
-               topic_id: uuid.UUID | str | None = None, prepared: bool = False) -> PartitionLog:
-        """The log of a new partition (its directory is created and made durable, or was by
-        `prepare`: `prepared`). An already open log is returned as is, unless `topic_id` shows it
-        belongs to an older topic of the same name, in which case it is deleted first."""
+               topic_id: uuid.UUID | str | None = None) -> PartitionLog:
+        """The log of a new partition (its directory is created and made durable). An already open
+        log is returned as is, unless `topic_id` shows it belongs to an older topic of the same
+        name, in which case it is deleted first."""
         if now_ms is None:
             now_ms = time.time_ns() // 1_000_000
         key = (topic, partition)
@@ -231,7 +197,7 @@ class LogManager:
             self.report.append(f"deleted {log.path.name}: it belonged to topic id {log.topic_id}, not {tid}")
             self.delete(topic, partition)
         path = self.partition_dir(topic, partition)
-        existed = not prepared and path.exists()
+        existed = path.exists()
         if existed:
             self.report.append(f"{path.name} existed without being open; recovering it before use")
         path.mkdir(parents=True, exist_ok=True)
@@ -241,10 +207,9 @@ class LogManager:
             log = opened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=not existed, now_ms=now_ms,
                                            files=self.files)
             if tid is not None:
-                if not prepared:
-                    write_partition_metadata(path, tid)
+                write_partition_metadata(path, tid)
                 log.topic_id = tid
-            if not existed and not prepared:
+            if not existed:
                 fsync_dir(self.log_dir)
         except BaseException:
             # Out of descriptors or space half-way: no open files and, for a new partition, no

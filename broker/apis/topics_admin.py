@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ from sharebroker.broker.apis.authorization import Op, Res, allows
 from sharebroker.broker.quotas import MutationQuota
 from sharebroker.broker.flusher import now_ms
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.broker.topics import INTERNAL_TOPICS
+from sharebroker.broker.topics import INTERNAL_TOPICS, check_partition_count
 from sharebroker.config import ConfigError, describe_topic_configs, validate_topic_overrides
 from sharebroker.protocol.codec import DecodedRequest, build, response_class
 from sharebroker.protocol.errors import KafkaError
@@ -79,16 +78,16 @@ async def auto_create(broker: Broker, name: str) -> ErrorCode:
         # settings; num.partitions would break the group-to-partition mapping.
         return ErrorCode.unknown_topic_or_partition
     pending = broker.topics.auto_creating
-    if name not in pending:
+    if name not in pending and name not in broker.topics.creating:
         pending.add(name)
         if broker.workers is not None and not broker.topics.writable:  # worker 0 creates topics
             broker.workers.auto_create(name)
         else:
-            asyncio.get_running_loop().call_soon(_create_auto, broker, name)
+            broker.spawn(_create_auto(broker, name))
     return ErrorCode.unknown_topic_or_partition
 
 
-def _create_auto(broker: Broker, name: str) -> None:
+async def _create_auto(broker: Broker, name: str) -> None:
     """The deferred half of auto_create, validated like any CreateTopics: if an explicit CreateTopics
     created the topic first, this one fails (as Kafka's does with TOPIC_ALREADY_EXISTS) and changes
     nothing."""
@@ -96,7 +95,7 @@ def _create_auto(broker: Broker, name: str) -> None:
     try:
         _validate_new_topic(broker, name)
         _check_replication(broker, -1)
-        broker.topics.create(name, broker.config["num.partitions"], {}, now_ms())
+        await broker.topics.create_async(name, broker.config["num.partitions"], {}, now_ms())
     except KafkaError as exc:
         level = log.info if exc.code == ErrorCode.topic_already_exists else log.warning
         level("auto topic creation refused", topic=name, error=exc.code.name, message=exc.message)
@@ -172,7 +171,7 @@ async def create_topics(broker: Broker, conn: Connection, req: DecodedRequest) -
             if mutations is not None:
                 mutations.check()
             if not body.validate_only:
-                topic = broker.topics.create(t.name, partitions, overrides, now_ms())
+                topic = await broker.topics.create_async(t.name, partitions, overrides, now_ms())
                 entry["topic_id"] = topic.topic_id
                 if mutations is not None:
                     mutations.record(partitions)
@@ -251,11 +250,7 @@ async def create_partitions(broker: Broker, conn: Connection, req: DecodedReques
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{t.name}' does not exist.")
             current = len(topic.partitions)
-            if t.count < current:
-                raise KafkaError(ErrorCode.invalid_partitions,
-                                 f"Topic currently has {current} partitions, which is higher than the requested {t.count}.")
-            if t.count == current:
-                raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
+            check_partition_count(current, t.count)
             if t.assignments is not None:
                 if len(t.assignments) != t.count - current:
                     raise KafkaError(ErrorCode.invalid_replica_assignment,
@@ -266,7 +261,7 @@ async def create_partitions(broker: Broker, conn: Connection, req: DecodedReques
             if mutations is not None:
                 mutations.check()
             if not body.validate_only:
-                broker.add_partitions(t.name, t.count)
+                current = await broker.add_partitions(t.name, t.count)
                 if mutations is not None:
                     mutations.record(t.count - current)
         except KafkaError as exc:

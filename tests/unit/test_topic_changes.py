@@ -34,16 +34,20 @@ def stored(path: Path) -> dict[str, int]:
     return {name: meta.partitions for name, meta in store.topics.items()}
 
 
-def test_a_partition_that_cannot_be_created_removes_the_ones_before_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sliced", [False, True], ids=["create", "create_async"])
+async def test_a_partition_that_cannot_be_created_removes_the_ones_before_it(tmp_path: Path, sliced: bool) -> None:
     topics = topics_in(tmp_path)
     blocker = tmp_path / "t-2"
     blocker.write_text("not a directory")  # partition 2's directory cannot be made
     with pytest.raises(KafkaError) as err:
-        topics.create("t", 3, {}, NOW)
+        if sliced:
+            await topics.create_async("t", 3, {}, NOW)
+        else:
+            topics.create("t", 3, {}, NOW)
     assert err.value.code == ErrorCode.kafka_storage_error
     assert err.value.message.startswith(f"Error while creating log for t-2 in dir {tmp_path} (")
     assert partition_dirs(tmp_path, "t") == [] and topics.get("t") is None and "t" not in stored(tmp_path)
-    assert topics.logs.get("t", 0) is None
+    assert topics.logs.get("t", 0) is None and not topics.creating
     blocker.unlink()
     created = topics.create("t", 3, {}, NOW)  # the name is usable again
     assert [p.index for p in created.partitions] == [0, 1, 2]
@@ -64,17 +68,17 @@ def test_a_metadata_write_that_fails_removes_the_new_partitions(tmp_path: Path) 
     assert stored(tmp_path)["t"] == 2 and partition_dirs(tmp_path, "t") == ["t-0", "t-1"]
 
 
-def test_added_partitions_are_all_or_nothing(tmp_path: Path) -> None:
+async def test_added_partitions_are_all_or_nothing(tmp_path: Path) -> None:
     topics = topics_in(tmp_path)
     topics.create("t", 1, {}, NOW)
     (tmp_path / "t-3").write_text("not a directory")
     with pytest.raises(KafkaError) as err:
-        topics.add_partitions("t", 4, NOW)
+        await topics.add_partitions("t", 4, NOW)
     assert err.value.code == ErrorCode.kafka_storage_error
     assert len(topics.get("t").partitions) == 1 and stored(tmp_path)["t"] == 1
     assert partition_dirs(tmp_path, "t") == ["t-0"]
     (tmp_path / "t-3").unlink()
-    topics.add_partitions("t", 4, NOW)
+    assert await topics.add_partitions("t", 4, NOW) == 1
     assert len(topics.get("t").partitions) == 4 and stored(tmp_path)["t"] == 4
 
 
