@@ -478,12 +478,13 @@ def w10_connections(scale: dict, runs: int) -> dict[str, Any]:
 
 def w11_partitions(scale: dict, runs: int) -> dict[str, Any]:
     """Partitions under ulimit -n 4096: creation (and another client's round trips meanwhile),
-    Metadata(all), RSS and descriptors after creation and after a restart, the restart itself. 100,000 partitions run once (each run is minutes)."""
+    Metadata(all), RSS and descriptors after creation and after a restart, the restart itself.
+    100,000 partitions run once (each run is minutes)."""
     from bench import partitions
 
     out: dict[str, Any] = {}
-    keys = ("create_s", "busy_p50_ms", "busy_max_ms", "metadata_p50_ms", "metadata_p99_ms", "rss_mb", "fds", "restart_s", "after_restart_rss_mb",
-            "after_restart_fds")
+    keys = ("create_s", "busy_p50_ms", "busy_max_ms", "metadata_p50_ms", "metadata_p99_ms", "rss_mb", "fds", "restart_s",
+            "after_restart_rss_mb", "after_restart_fds")
     for n in scale["partitions"]:
         got = [partitions.run(n, 4096, min(1000, n), 20, {}) for _ in range(1 if n >= 100_000 else runs)]
         out[str(n)] = {k: summarize([g[k] for g in got if k in g]) for k in keys if any(k in g for g in got)}

@@ -360,12 +360,15 @@ class PartitionLog:
     # -- read -----------------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True, through_offset: int | None = None) -> ReadResult:
+             min_one_batch: bool = True, through_offset: int | None = None,
+             batches: list[tuple[int, int, int]] | None = None) -> ReadResult:
         """Whole batches from the one containing `offset` (which may start before it), at most
         `max_bytes` in total (but the first batch whole even if larger, with min_one_batch), each
         ending before `max_offset` (default: the high watermark), continuing across segments.
         With `through_offset`, the read ends with the batch that holds that offset: a reader that
-        needs a few records never walks (and copies) a megabyte of small batches."""
+        needs a few records never walks (and copies) a megabyte of small batches. `batches` gets
+        (base offset, last offset, size) of each batch read, in order, from the headers the read
+        walks anyway (a share fetch's acquisition needs them and nothing else)."""
         if self._closed:
             raise LogClosedError(f"log {self.path.name} is closed")
         leo = self.log_end_offset
@@ -403,6 +406,8 @@ class PartitionLog:
                     end = pos + size
                     total += size
                     next_offset = last + 1
+                    if batches is not None:
+                        batches.append((base, last, size))
                     if total >= max_bytes or next_offset >= limit or (
                             through_offset is not None and last >= through_offset):
                         done = True

@@ -399,9 +399,10 @@ class SharePartitionLeader:
             upper = self.partition.last_stable_offset if limits.read_committed else plog.high_watermark
             if offset >= upper:
                 return Acquisition(b"", [])
+            spans: list[tuple[int, int, int]] = []  # (base offset, last offset, size) per batch read
             try:
                 read = plog.read(offset, max(max_bytes, 1), max_offset=upper, min_one_batch=True,
-                                 through_offset=sp.read_through(offset, max_records, limits))
+                                 through_offset=sp.read_through(offset, max_records, limits), batches=spans)
                 break
             except OffsetOutOfRange:
                 sp.move_log_start(plog.log_start_offset)  # records deleted under us: skip ahead
@@ -410,9 +411,11 @@ class SharePartitionLeader:
         data = read.records
         if not data:
             return Acquisition(b"", [])
-        headers = list(iter_batch_headers(data))
-        batches = [LogBatch(h.base_offset, h.last_offset) for h in headers]
-        aborted = self._aborted_batches(headers, offset, read.next_offset) if limits.read_committed else ()
+        # One job per batch (a producer with linger.ms=0) makes a batch per record: the spans the
+        # read walked serve here, so no header is parsed twice (a third of a 100-record fetch's CPU).
+        batches = [LogBatch(base, last) for base, last, _size in spans]
+        aborted = (self._aborted_batches(list(iter_batch_headers(data)), offset, read.next_offset)
+                   if limits.read_committed else ())
         now = self.clock.monotonic_ms()
         acquired = sp.acquire(member_id, batches, max_records=max_records, batch_size=batch_size, mode=mode,
                               limits=limits, now_ms=now, fetch_offset=offset, aborted_batches=aborted)
@@ -428,16 +431,19 @@ class SharePartitionLeader:
                     self._event("acquire", member_id, a.first_offset, a.last_offset, a.delivery_count)
         self._arm_timer()
         lo, hi = acquired[0].first_offset, acquired[-1].last_offset
-        start = end = None
-        for h in headers:
-            if h.last_offset < lo:
-                continue
-            if h.base_offset > hi:
-                break
-            if start is None:
-                start = h.position
-            end = h.position + h.size
-        return Acquisition(bytes(data[start:end]) if start is not None else b"", acquired)
+        if spans[0][1] >= lo and spans[-1][0] <= hi:  # every batch read holds an acquired record
+            return Acquisition(data, acquired)
+        start = end = -1
+        position = 0
+        for base, last, size in spans:
+            if last >= lo:
+                if base > hi:
+                    break
+                if start < 0:
+                    start = position
+                end = position + size
+            position += size
+        return Acquisition(data[start:end] if start >= 0 else b"", acquired)
 
     def _aborted_batches(self, headers: list[BatchHeader], start: int, end: int) -> list[LogBatch]:
         """The data batches of aborted transactions among those read: a transactional batch of a

@@ -87,7 +87,7 @@ _ACK_TARGET = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a fetch makes one per batch read, and frozen's __init__ costs 3x
 class LogBatch:
     """A stored record batch from the log read: base offset .. last offset (inclusive)."""
     first_offset: int
