@@ -75,6 +75,20 @@ def _workload(name: str, bootstrap: str, records: int) -> str:
     return f"{records:,} records produced and share-consumed"
 
 
+def record(pid: int, raw: Path, rate: int) -> subprocess.Popen[bytes]:
+    """py-spy recording process `pid` into `raw` (collapsed stacks), `rate` samples a second, until
+    sent SIGINT. With --gil: only samples taken while the process holds the interpreter lock. uvloop
+    lets go of it while it waits in epoll, and py-spy does not see that wait as idle: without the
+    flag about 40% of a job queue's samples were idle waits charged to the event loop (`perf` on
+    the same workload: uvloop's own code 1.5% of the CPU, the kernel 21%, the interpreter 73%)."""
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        sys.exit("py-spy is not installed: pip install -e '.[bench]'")
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([spy, "record", "--gil", "--format", "raw", "--rate", str(rate), "--output", str(raw),
+                             "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def summarize(raw: Path, top: int = 25) -> list[str]:
     own: collections.Counter[str] = collections.Counter()
     total_incl: collections.Counter[str] = collections.Counter()
@@ -105,21 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     args = ap.parse_args(argv)
     records = args.records or {"produce": 600_000, "small": 20_000, "share": 200_000, "jobs": 10_000}[args.workload]
-    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if spy is None:
-        sys.exit("py-spy is not installed: pip install -e '.[bench]'")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / f"profile-{args.workload}.txt"
     with tempfile.TemporaryDirectory(prefix="sharebroker-profile-") as tmp:
         broker = BrokerProcess(Path(tmp) / "data").start()
         try:
-            # --gil: only samples taken while the broker holds the interpreter lock. uvloop lets go
-            # of it while it waits in epoll, and py-spy does not see that wait as idle: without the
-            # flag about 40% of a job queue's samples were idle waits charged to the event loop
-            # (`perf` on the same run: the loop's own code 1.5% of the CPU, the kernel 21%).
-            recorder = subprocess.Popen([spy, "record", "--gil", "--format", "raw", "--rate", str(args.rate),
-                                         "--output", str(raw), "--pid", str(broker.proc.pid)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            recorder = record(broker.proc.pid, raw, args.rate)
             time.sleep(1.0)  # py-spy attaches
             (user0, sys0), t0 = _cpu_seconds(broker.proc.pid), time.perf_counter()
             done = _workload(args.workload, broker.bootstrap, records)

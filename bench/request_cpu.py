@@ -30,11 +30,8 @@ import datetime
 import http.client
 import os
 import random
-import shutil
 import signal
 import socket
-import subprocess
-import sys
 import statistics
 import struct
 import tempfile
@@ -227,15 +224,10 @@ def profiled(pid: int, name: str | None, rate: int = 500) -> Iterator[None]:
     if name is None:
         yield
         return
-    from bench.profile import RESULTS, summarize
+    from bench.profile import RESULTS, record, summarize
 
-    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if spy is None:
-        sys.exit("py-spy is not installed: pip install -e '.[bench]'")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / f"{name}.txt"
-    recorder = subprocess.Popen([spy, "record", "--format", "raw", "--rate", str(rate), "--output", str(raw),
-                                 "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recorder = record(pid, raw, rate)
     time.sleep(1.0)  # py-spy attaches
     try:
         yield

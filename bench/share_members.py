@@ -31,10 +31,8 @@ import multiprocessing
 import socket
 import os
 import random
-import shutil
 import signal
 import subprocess
-import sys
 import statistics
 import struct
 import time
@@ -233,12 +231,9 @@ def _worker(bootstrap: str, member_ids: list[str], pacing: str, spread: float, r
 
 
 def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if spy is None:
-        sys.exit("py-spy is not installed: pip install -e '.[bench]'")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([spy, "record", "--format", "raw", "--rate", "1000", "--output", str(out), "--pid", str(pid)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from bench.profile import record
+
+    return record(pid, out, 1000)
 
 
 def run_one(members: int, workers: int, steady_s: float, settle_limit_s: float,
