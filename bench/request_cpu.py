@@ -452,26 +452,39 @@ def _interleaved(trees: list[tuple[str, Path | None, dict[str, str]]], results: 
         print(f"run {run + 1}: " + "; ".join(f"{name} Produce {res['produce_us']:.1f} µs, ShareFetch+ack "
                                               f"{res['fetch_us']:.1f} µs" for (name, _, _), res in zip(trees, got)),
               flush=True)
-    first = trees[0][0]
+    # The reference each broker is compared with, run by run: the first broker, or with --aa (and
+    # no baseline) the mean of this tree's two plain brokers, which is steadier than either.
+    if args.aa and args.baseline is None:
+        reference = [trees[0][0], "this tree again (A/A)"]
+        label = "this tree (mean of its two plain brokers)"
+    else:
+        reference = [trees[0][0]]
+        label = trees[0][0]
     print(f"\nbroker CPU per request, µs, brokers interleaved (median of {args.runs}, min–max; "
-          f"{args.requests:,} requests per run); the job is one of each, against {first} run by run")
+          f"{args.requests:,} requests per run); the job is one of each, against {label} run by run")
     print("(rate: jobs/s of one client doing one job after another, a Produce and a ShareFetch, from the mean round trips)")
-    print(f"| broker | one-record Produce | ShareFetch with one acknowledgement | a job | a job against {first} "
-          f"| rate | rate against {first} |")
+    print(f"| broker | one-record Produce | ShareFetch with one acknowledgement | a job | a job against {label} "
+          f"| rate | rate against {label} |")
     print("|---|---|---|---|---|---|---|")
 
     def spread(values: list[float], spec: str, unit: str = "") -> str:
         return (f"{format(statistics.median(values), spec)}{unit} ({format(min(values), spec)} to "
                 f"{format(max(values), spec)})")
 
-    base = results[first]
-    base_rates = [1e6 / (b["produce_rtt_us"] + b["fetch_rtt_us"]) for b in base]
+    def job_us(r: dict[str, float]) -> float:
+        return r["produce_us"] + r["fetch_us"]
+
+    def rate(r: dict[str, float]) -> float:
+        return 1e6 / (r["produce_rtt_us"] + r["fetch_rtt_us"])
+
+    runs_of_reference = list(zip(*(results[name] for name in reference)))
+    base_jobs = [statistics.fmean(job_us(r) for r in per_run) for per_run in runs_of_reference]
+    base_rates = [statistics.fmean(rate(r) for r in per_run) for per_run in runs_of_reference]
     for name, runs in results.items():
-        jobs = [r["produce_us"] + r["fetch_us"] for r in runs]
-        rates = [1e6 / (r["produce_rtt_us"] + r["fetch_rtt_us"]) for r in runs]
+        jobs = [job_us(r) for r in runs]
+        rates = [rate(r) for r in runs]
         cells = [spread([r["produce_us"] for r in runs], ".1f"), spread([r["fetch_us"] for r in runs], ".1f"),
-                 spread(jobs, ".1f"),
-                 spread([(job / (b["produce_us"] + b["fetch_us"]) - 1) * 100 for job, b in zip(jobs, base)], "+.1f", "%"),
+                 spread(jobs, ".1f"), spread([(job / b - 1) * 100 for job, b in zip(jobs, base_jobs)], "+.1f", "%"),
                  spread(rates, ",.0f"), spread([(r / b - 1) * 100 for r, b in zip(rates, base_rates)], "+.1f", "%")]
         print(f"| {name} | {' | '.join(cells)} |")
 
