@@ -21,9 +21,9 @@ import pytest
 from sharebroker.broker import topics as topics_module
 from sharebroker.broker.internal_topics import InternalTopics
 from sharebroker.broker.topics import Topics
-from sharebroker.config import BrokerConfig
 from sharebroker.protocol.errors import ErrorCode, KafkaError
-from sharebroker.storage import TopicStore, read_partition_metadata
+from sharebroker.storage import read_partition_metadata
+from tests.unit.test_topic_changes import partition_dirs, stored, topics_in
 
 NOW = 1_700_000_000_000
 STATE = "__share_group_state"
@@ -35,23 +35,6 @@ class _NoFlushPolicy:
 
     def segment_rolled(self, partition: Any) -> None:
         pass
-
-
-def _topics(path: Path) -> Topics:
-    config = BrokerConfig.load(None, {}, {"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0"})
-    topics = Topics(config, path)
-    topics.open(NOW)
-    return topics
-
-
-def _dirs(path: Path, name: str) -> list[str]:
-    return sorted(e.name for e in path.iterdir() if e.is_dir() and e.name.rsplit("-", 1)[0] == name)
-
-
-def _stored(path: Path) -> dict[str, int]:
-    store = TopicStore(path)
-    store.load()
-    return {name: meta.partitions for name, meta in store.topics.items()}
 
 
 class _Ticker:
@@ -86,7 +69,7 @@ def _watch_creations(topics: Topics, ticker: _Ticker) -> list[tuple[int, int]]:
 async def test_other_requests_run_between_the_slices_of_a_creation(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(topics_module, "CREATE_SLICE_S", 0.0)  # every partition is a slice
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     ticker = _Ticker()
     made = _watch_creations(topics, ticker)
     creating = asyncio.ensure_future(topics.create_async("jobs", 20, {}, NOW))
@@ -101,12 +84,12 @@ async def test_other_requests_run_between_the_slices_of_a_creation(
     ticks = [t for _, t in made]
     assert all(b > a for a, b in zip(ticks, ticks[1:])), f"the loop did not run between partitions: {ticks}"
     assert len(seen_meanwhile) >= 19 and not any(seen_meanwhile)  # not seen until made
-    assert topics.get("jobs") is topic and not topics.creating and _stored(tmp_path)["jobs"] == 20
+    assert topics.get("jobs") is topic and not topics.creating and stored(tmp_path)["jobs"] == 20
     for p in topic.partitions:
         assert read_partition_metadata(tmp_path / f"jobs-{p.index}") == topic.topic_id
     topics.close()
 
-    again = _topics(tmp_path)  # what was made is what a restart opens, with nothing to recover
+    again = topics_in(tmp_path)  # what was made is what a restart opens, with nothing to recover
     reopened = again.get("jobs")
     assert reopened is not None and reopened.topic_id == topic.topic_id and len(reopened.partitions) == 20
     assert not again.logs.report and all(not p.log.recovery_report for p in reopened.partitions)
@@ -116,7 +99,7 @@ async def test_other_requests_run_between_the_slices_of_a_creation(
 async def test_a_creation_shorter_than_a_slice_holds_the_loop_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(topics_module, "CREATE_SLICE_S", 60.0)
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     ticker = _Ticker()
     await asyncio.sleep(0)
     made = _watch_creations(topics, ticker)
@@ -127,7 +110,7 @@ async def test_a_creation_shorter_than_a_slice_holds_the_loop_once(
 
 
 async def test_internal_topic_callers_asking_at_once_share_one_creation(tmp_path: Path) -> None:
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     internal = InternalTopics(topics, _NoFlushPolicy())
     calls: list[str] = []
     real = topics.create_async
@@ -146,7 +129,7 @@ async def test_internal_topic_callers_asking_at_once_share_one_creation(tmp_path
 async def test_a_creation_the_disk_refuses_leaves_nothing_and_can_be_retried(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(topics_module, "CREATE_SLICE_S", 0.0)
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     internal = InternalTopics(topics, _NoFlushPolicy())
     real_replace = os.replace
     renames = [0]
@@ -163,12 +146,12 @@ async def test_a_creation_the_disk_refuses_leaves_nothing_and_can_be_retried(
         await internal.ensure(STATE, 5, 1 << 20)
     assert refused.value.code == ErrorCode.coordinator_not_available
     assert "No space left on device" in (refused.value.message or "")
-    assert topics.get(STATE) is None and _dirs(tmp_path, STATE) == [] and renames[0] == 3
+    assert topics.get(STATE) is None and partition_dirs(tmp_path, STATE) == [] and renames[0] == 3
     assert topics.logs.get(STATE, 0) is None and not topics.creating
     monkeypatch.setattr(os, "replace", real_replace)
     topic = await internal.ensure(STATE, 5, 1 << 20)
     assert len(topic.partitions) == 5 and topics.get(STATE) is topic
-    assert _dirs(tmp_path, STATE) == [f"{STATE}-{i}" for i in range(5)]
+    assert partition_dirs(tmp_path, STATE) == [f"{STATE}-{i}" for i in range(5)]
     topics.close()
 
 
@@ -178,12 +161,12 @@ async def test_a_creation_stopped_half_way_leaves_nothing(
     """The broker stopping (its connections' tasks cancelled, then InternalTopics.stop) in the
     middle of a creation: the partitions made so far are removed and the name is free."""
     monkeypatch.setattr(topics_module, "CREATE_SLICE_S", 0.0)
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     internal = InternalTopics(topics, _NoFlushPolicy())
     name = "jobs" if how == "cancelled" else STATE
     creating = asyncio.ensure_future(topics.create_async(name, 20, {}, NOW) if how == "cancelled"
                                      else internal.ensure(STATE, 20, 1 << 20))
-    while len(_dirs(tmp_path, name)) < 5:
+    while len(partition_dirs(tmp_path, name)) < 5:
         await asyncio.sleep(0)
     if how == "cancelled":
         creating.cancel()
@@ -191,7 +174,7 @@ async def test_a_creation_stopped_half_way_leaves_nothing(
         await internal.stop()
     with pytest.raises(asyncio.CancelledError):
         await creating
-    assert _dirs(tmp_path, name) == [] and topics.get(name) is None and name not in _stored(tmp_path)
+    assert partition_dirs(tmp_path, name) == [] and topics.get(name) is None and name not in stored(tmp_path)
     assert topics.logs.get(name, 0) is None and not topics.creating
     topics.close()
 
@@ -203,9 +186,9 @@ async def test_a_name_being_created_is_refused_as_existing_until_it_is(
     from sharebroker.broker.apis.topics_admin import _validate_new_topic
 
     monkeypatch.setattr(topics_module, "CREATE_SLICE_S", 0.0)
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     first = asyncio.ensure_future(topics.create_async("jobs.a", 30, {}, NOW))
-    while not _dirs(tmp_path, "jobs.a"):
+    while not partition_dirs(tmp_path, "jobs.a"):
         await asyncio.sleep(0)
     assert not first.done()
     broker = SimpleNamespace(topics=topics)
@@ -235,7 +218,7 @@ async def test_partition_additions_to_one_topic_take_turns(
     """Two CreatePartitions at once: the second is checked against the count the first left, as
     Kafka's controller orders them, and no partition is made twice."""
     monkeypatch.setattr(topics_module, "CREATE_SLICE_S", 0.0)
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     topics.create("t", 1, {}, NOW)
     results = await asyncio.gather(topics.add_partitions("t", 8, NOW), topics.add_partitions("t", 12, NOW),
                                    topics.add_partitions("t", 12, NOW), return_exceptions=True)
@@ -244,17 +227,17 @@ async def test_partition_additions_to_one_topic_take_turns(
     assert results[2].message == "Topic already has 12 partitions."
     topic = topics.get("t")
     assert topic is not None and [p.index for p in topic.partitions] == list(range(12))
-    assert _stored(tmp_path)["t"] == 12 and _dirs(tmp_path, "t") == sorted(f"t-{i}" for i in range(12))
+    assert stored(tmp_path)["t"] == 12 and partition_dirs(tmp_path, "t") == sorted(f"t-{i}" for i in range(12))
     topics.close()
 
 
 async def test_a_deletion_waits_for_partitions_being_added(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(topics_module, "CREATE_SLICE_S", 0.0)
-    topics = _topics(tmp_path)
+    topics = topics_in(tmp_path)
     topics.create("t", 1, {}, NOW)
     adding = asyncio.ensure_future(topics.add_partitions("t", 20, NOW))
-    while len(_dirs(tmp_path, "t")) < 3:
+    while len(partition_dirs(tmp_path, "t")) < 3:
         await asyncio.sleep(0)
 
     async def delete() -> None:
@@ -264,6 +247,6 @@ async def test_a_deletion_waits_for_partitions_being_added(
 
     await delete()
     assert adding.result() == 1
-    assert _dirs(tmp_path, "t") == [] and "t" not in _stored(tmp_path)
+    assert partition_dirs(tmp_path, "t") == [] and "t" not in stored(tmp_path)
     assert all(topics.logs.get("t", i) is None for i in range(20))
     topics.close()
