@@ -138,6 +138,10 @@ class BrokerConfig:
             self._static[name] = tuple(value) if isinstance(value, list) else value
         self._dynamic_default: dict[str, Any] = {}
         self._dynamic_broker: dict[str, Any] = {}
+        # Dynamic configs under names this broker does not know (a plugin's, say), as Kafka keeps
+        # them: stored and persisted as given, described as sensitive (no value), used by nothing.
+        self._custom_default: dict[str, str] = {}
+        self._custom_broker: dict[str, str] = {}
         self._origins: dict[str, str] = dict(origins or {})
         self.unknown: list[str] = list(unknown)
         # listener.name.<listener>.<security setting> overrides, raw (see security_settings).
@@ -201,6 +205,8 @@ class BrokerConfig:
         clone._static = dict(self._static)
         clone._dynamic_default = dict(self._dynamic_default)
         clone._dynamic_broker = dict(self._dynamic_broker)
+        clone._custom_default = dict(self._custom_default)
+        clone._custom_broker = dict(self._custom_broker)
         clone._origins = dict(self._origins)
         clone.unknown = list(self.unknown)
         clone.listener_settings = dict(self.listener_settings)
@@ -279,12 +285,24 @@ class BrokerConfig:
         return _definition(name).to_string(self.value(name))
 
     def dynamic_values(self, per_broker: bool | None = None) -> dict[str, str]:
-        """Dynamic overrides as strings (both layers merged, per-broker winning, when ``per_broker`` is None)."""
+        """Dynamic overrides as strings, custom names included (both layers merged, per-broker
+        winning, when ``per_broker`` is None)."""
         if per_broker is None:
             merged = {**self._dynamic_default, **self._dynamic_broker}
+            custom = {**self._custom_default, **self._custom_broker}
         else:
             merged = dict(self._dynamic_broker if per_broker else self._dynamic_default)
-        return {name: _definition(name).to_string(value) or "" for name, value in sorted(merged.items())}
+            custom = dict(self._custom_broker if per_broker else self._custom_default)
+        values = {name: _definition(name).to_string(value) or "" for name, value in merged.items()}
+        return dict(sorted({**values, **custom}.items()))
+
+    def custom_configs(self) -> tuple[tuple[ConfigSource, Mapping[str, str]], ...]:
+        """The configs set under names this broker does not know, by source, most specific first:
+        this node's and the cluster default's dynamic ones (values as given), and the names of the
+        static ones (server.properties, overrides), whose values are not kept."""
+        return ((ConfigSource.DYNAMIC_BROKER_CONFIG, self._custom_broker),
+                (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, self._custom_default),
+                (ConfigSource.STATIC_BROKER_CONFIG, dict.fromkeys(self.unknown, "")))
 
     # -- dynamic changes ---------------------------------------------------------------------------
 
@@ -296,10 +314,14 @@ class BrokerConfig:
                    validate_only: bool = False, stored: bool = False) -> None:
         """Apply several dynamic changes atomically after validating each value and the result as a
         whole. As Kafka, a change is refused if a value is outside its bounds, even one of
-        `CAPPED_DYNAMIC`; values `stored` earlier (applied at start-up) are capped instead."""
-        unknown = [name for name in changes if name not in BROKER_CONFIGS]
-        if unknown:
-            raise ConfigError(unknown[0], f"Unknown broker config name: {unknown[0]}")
+        `CAPPED_DYNAMIC`; values `stored` earlier (applied at start-up) are capped instead. A name
+        this broker does not know is kept as given (Kafka keeps it: a plugin may read it), except a
+        per-listener security setting, which this broker cannot change while it runs."""
+        listener = [name for name in changes if name not in BROKER_CONFIGS and is_listener_setting(name)]
+        if listener:
+            raise ConfigError(listener[0], f"Cannot update these configs dynamically: Set({', '.join(listener)})")
+        custom_changes = {name: raw for name, raw in changes.items() if name not in BROKER_CONFIGS}
+        changes = {name: raw for name, raw in changes.items() if name in BROKER_CONFIGS}
         static_only = sorted(name for name in changes if not BROKER_CONFIGS[name].dynamic)
         if static_only:
             raise ConfigError(static_only[0], f"Cannot update these configs dynamically: Set({', '.join(static_only)})")
@@ -320,6 +342,12 @@ class BrokerConfig:
                 self._dynamic_broker = layer
             else:
                 self._dynamic_default = layer
+            custom = self._custom_broker if per_broker else self._custom_default
+            for name, raw in custom_changes.items():
+                if raw is None:
+                    custom.pop(name, None)
+                else:
+                    custom[name] = raw
 
     # -- convenience -------------------------------------------------------------------------------
 

@@ -87,7 +87,23 @@ def describe_broker_configs(broker: BrokerConfig, *, per_broker: bool = True) ->
             entries = [e for e in entries if e.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
             value = dynamic_default[name]
         result.append(_described(definition, value, entries, read_only=not definition.dynamic))
-    return result
+    return result + _described_custom(broker, per_broker=per_broker)
+
+
+def _described_custom(broker: BrokerConfig, *, per_broker: bool) -> list[DescribedConfig]:
+    """The configs set under names this broker does not know, as Kafka describes a name whose type
+    it cannot tell: sensitive, so with no value (nor in its synonyms), read-only, of type UNKNOWN
+    (0), its source that of the most specific layer holding it. The default resource lists only
+    those of the cluster default."""
+    layers = broker.custom_configs()
+    if not per_broker:
+        layers = tuple((source, names) for source, names in layers if source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    described = []
+    for name in sorted({name for _, names in layers for name in names}):
+        synonyms = [ConfigSynonym(name, None, int(source)) for source, names in layers if name in names]
+        described.append(DescribedConfig(name=name, value=None, source=synonyms[0].source, read_only=True,
+                                         is_sensitive=True, config_type=0, synonyms=synonyms))
+    return described
 
 
 def _overridden(overrides: Mapping[str, str | None]) -> set[str]:

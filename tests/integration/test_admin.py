@@ -178,6 +178,29 @@ def test_alter_broker_configs(make_broker):
     assert configs["log.dirs"].is_read_only
 
 
+@pytest.mark.needs_own_broker("changes broker-wide settings and restarts")
+def test_a_broker_config_name_the_broker_does_not_know_is_kept_as_kafka_keeps_it(make_broker):
+    """Kafka accepts a dynamic broker config under any name (a plugin may read it) and describes it
+    as sensitive, with no value; sharebroker refused it (INVALID_CONFIG). Through confluent-kafka's
+    AdminClient: set, described, kept over a restart, deleted (the cluster default, which this
+    client cannot name, in test_cli_configs)."""
+    b = make_broker()
+    a = admin(b.bootstrap)
+    assert _incremental(a, ResourceType.BROKER, "1", ("some.config", "some.config.value", AlterConfigOpType.SET),
+                        ("log.retention.ms", "3600000", AlterConfigOpType.SET)).result(timeout=TIMEOUT) is None
+    for _ in range(2):
+        node = _describe(a, ResourceType.BROKER, "1")
+        some = node["some.config"]
+        assert some.value is None and some.is_sensitive and some.is_read_only
+        assert _src(some) == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        assert node["log.retention.ms"].value == "3600000"
+        b.restart()
+        a = admin(b.bootstrap)
+    assert _incremental(a, ResourceType.BROKER, "1", ("some.config", None, AlterConfigOpType.DELETE)
+                        ).result(timeout=TIMEOUT) is None
+    assert "some.config" not in _describe(a, ResourceType.BROKER, "1")
+
+
 @pytest.mark.parametrize("new_topic, expected", [
     (lambda n: NewTopic(n, num_partitions=0, replication_factor=1), KafkaError.INVALID_PARTITIONS),
     (lambda n: NewTopic(n, num_partitions=1, replication_factor=3), KafkaError.INVALID_REPLICATION_FACTOR),

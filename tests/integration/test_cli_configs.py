@@ -117,6 +117,21 @@ def _produce_error(bootstrap: str, topic: str, size: int) -> KafkaError | None:
 
 
 @pytest.mark.needs_own_broker("changes broker-wide settings")
+def test_a_broker_config_name_the_broker_does_not_know_is_kept_as_the_cluster_default(make_broker):
+    """As Kafka: a name it does not know is accepted as a dynamic broker config and described as
+    sensitive, so kafka-configs prints its value as null."""
+    b = make_broker().bootstrap
+    r = ok(configs(b, "--entity-type", "brokers", "--entity-default", "--alter", "--add-config", "plugin.interval=30"))
+    assert r.stdout == "Completed updating default config for brokers in the cluster.\n"
+    assert ok(configs(b, "--entity-type", "brokers", "--entity-default", "--describe")).stdout == (
+        "Default configs for brokers in the cluster are:\n"
+        "  plugin.interval=null sensitive=true synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:plugin.interval=null}\n")
+    ok(configs(b, "--entity-type", "brokers", "--entity-default", "--alter", "--delete-config", "plugin.interval"))
+    assert ok(configs(b, "--entity-type", "brokers", "--entity-default", "--describe")).stdout == (
+        "Default configs for brokers in the cluster are:\n")
+
+
+@pytest.mark.needs_own_broker("changes broker-wide settings")
 def test_dynamic_broker_config_takes_effect_without_restart(make_broker, topic_name):
     broker = make_broker()
     b, t = broker.bootstrap, topic_name

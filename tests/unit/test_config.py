@@ -576,8 +576,8 @@ def test_alter_rejects_static_unknown_invalid_and_cross_check_failures() -> None
     assert str(err.value) == "Cannot update these configs dynamically: Set(num.partitions)"
     with pytest.raises(ConfigError, match=r"Set\(listeners, num.partitions\)"):
         cfg.alter_many({"num.partitions": "3", "listeners": "PLAINTEXT://:1", "log.retention.ms": "5"})
-    with pytest.raises(ConfigError, match="Unknown broker config name: nope"):
-        cfg.alter("nope", "1")
+    with pytest.raises(ConfigError, match=r"Cannot update these configs dynamically: Set\(listener.name.ext.ssl.keystore.location\)"):
+        cfg.alter("listener.name.ext.ssl.keystore.location", "/k.jks", per_broker=True)
     with pytest.raises(ConfigError, match="Invalid value 10 for configuration log.segment.bytes: Value must be at least 1048576"):
         cfg.alter("log.segment.bytes", "10")
     with pytest.raises(ConfigError, match="log.retention.ms must be unlimited"):
@@ -585,6 +585,47 @@ def test_alter_rejects_static_unknown_invalid_and_cross_check_failures() -> None
     # Nothing was applied by the failed attempts.
     assert cfg["num.partitions"] == 1 and cfg["log.retention.ms"] is None
     assert cfg.dynamic_values() == {}
+
+
+def test_a_name_the_broker_does_not_know_is_kept_and_described_as_kafka_does() -> None:
+    """As Kafka (DynamicBrokerReconfigurationTest adds "some.config" per broker): accepted, kept as
+    given in its layer, persisted with the dynamic values, described as sensitive with no value,
+    read-only, of type UNKNOWN; removed like any other; a failed change applies none of it."""
+    from sharebroker.config import describe_broker_configs
+
+    cfg = BrokerConfig.load(env={}, overrides={"plugin.static.setting": "s"})
+    cfg.alter_many({"some.config": "some.config.value", "log.retention.bytes": "100"}, per_broker=True)
+    cfg.alter("some.config", "cluster-wide")
+    cfg.alter("other.config", "x")
+    assert cfg.dynamic_values(True) == {"log.retention.bytes": "100", "some.config": "some.config.value"}
+    assert cfg.dynamic_values(False) == {"other.config": "x", "some.config": "cluster-wide"}
+    node = {d.name: d for d in describe_broker_configs(cfg, per_broker=True)}
+    some = node["some.config"]
+    assert (some.value, some.is_sensitive, some.read_only, some.config_type, some.source) == (
+        None, True, True, 0, ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert some.synonyms == [("some.config", None, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                             ("some.config", None, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    assert node["other.config"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    static = node["plugin.static.setting"]
+    assert (static.value, static.source, static.is_sensitive) == (None, ConfigSource.STATIC_BROKER_CONFIG, True)
+    default = {d.name: d for d in describe_broker_configs(cfg, per_broker=False)}
+    assert set(default) == {"other.config", "some.config"}
+    assert default["some.config"].synonyms == [("some.config", None, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+
+    with pytest.raises(ConfigError):  # atomic: the valid custom name is not kept either
+        cfg.alter_many({"third.config": "3", "log.segment.bytes": "10"})
+    cfg.alter_many({"fourth.config": "4"}, validate_only=True)
+    assert "third.config" not in cfg.dynamic_values(False) and "fourth.config" not in cfg.dynamic_values(False)
+
+    restarted = BrokerConfig.load(env={}, overrides={})  # what start-up replays from the metadata
+    restarted.alter_many(cfg.dynamic_values(True), per_broker=True, stored=True)
+    restarted.alter_many(cfg.dynamic_values(False), stored=True)
+    assert restarted.dynamic_values(True) == cfg.dynamic_values(True)
+    assert restarted.dynamic_values(False) == cfg.dynamic_values(False)
+
+    cfg.alter("some.config", None, per_broker=True)
+    assert "some.config" not in cfg.dynamic_values(True)
+    assert {d.name: d for d in describe_broker_configs(cfg)}["some.config"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
 
 
 def test_alter_many_is_atomic_and_validate_only_changes_nothing() -> None:
