@@ -452,6 +452,7 @@ class Broker:
         if self.topics.get(name) is None:  # deleted by another request meanwhile
             raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
         topic = self.topics.delete(name)
+        self.spawn(self.topics.remove_retired())  # its directories, in slices
         self.share.drop_topic(topic.topic_id)
         await self.share_groups.topic_deleted(topic.topic_id, len(topic.partitions))
         await self.classic_groups.topic_deleted(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,8 +25,9 @@ from sharebroker.protocol.errors import KafkaError
 
 log = get_logger("sharebroker.topics")
 
-# The longest a topic's creation (or its partitions' addition) holds the event loop before other
-# requests are served: a partition is a directory, four files and three fsyncs (0.3-5 ms here).
+# The longest a topic's creation (or its partitions' addition, or the removal of a deleted topic's
+# directories) holds the event loop before other requests are served: a partition is a directory,
+# four files and three fsyncs (0.3-5 ms here).
 CREATE_SLICE_S = 0.004
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
@@ -126,6 +128,8 @@ class Topics:
         self.auto_creating: set[str] = set()  # names a Metadata request asked to create, not created yet
         self.creating: set[str] = set()  # names whose partitions are being made (not seen until made)
         self._adding: dict[str, asyncio.Future[None]] = {}  # topics whose new partitions are being made
+        self.retired: list[Path] = []  # deleted partitions' renamed directories, not removed yet
+        self._removing = False
         # Moves on every creation, deletion and partition addition: watchers (the consumer group
         # sweep) compare it instead of fingerprinting every topic ten times a second.
         self.version = 0
@@ -381,13 +385,32 @@ class Topics:
         self.version += 1
         for p in topic.partitions:
             p.notify_append()
-            try:
-                self.logs.delete(name, p.index)
-            except OSError as exc:  # the topic is gone; a stale directory is replaced if the name returns
-                log.warning("could not remove a deleted partition's directory", topic=name, partition=p.index,
-                            error=exc.strerror or str(exc))
+        # As Kafka: the directories are renamed to `...-delete` now and removed later (start-up
+        # removes what is left), so the deletion of many partitions does not hold the loop.
+        retired, failed = self.logs.retire(name, [p.index for p in topic.partitions])
+        self.retired.extend(retired)
+        for index, error in failed:  # the topic is gone; a stale directory is replaced if the name returns
+            log.warning("could not remove a deleted partition's directory", topic=name, partition=index,
+                        error=error.strerror or str(error))
         log.info("topic deleted", topic=name, topic_id=str(topic.topic_id))
         return topic
+
+    async def remove_retired(self) -> None:
+        """Remove the directories of deleted partitions (`retired`), a slice at a time with other
+        requests served between slices; ends when none is left. One runs at a time."""
+        if self._removing:
+            return
+        self._removing = True
+        try:
+            clock = time.perf_counter
+            slice_ends = clock() + CREATE_SLICE_S
+            while self.retired:
+                shutil.rmtree(self.retired.pop(0), ignore_errors=True)
+                if clock() >= slice_ends:
+                    await _give_waiting_requests_a_turn()
+                    slice_ends = clock() + CREATE_SLICE_S
+        finally:
+            self._removing = False
 
     async def add_partitions(self, name: str, total: int, now_ms: int) -> int:
         """CreatePartitions, as `create_async`: the new logs (a slice at a time), then the metadata

@@ -21,7 +21,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
@@ -247,6 +247,35 @@ class LogManager:
                 shutil.rmtree(path)
                 fsync_dir(self.log_dir)
         self.checkpoint()
+
+    def retire(self, topic: str, partitions: Iterable[int]) -> tuple[list[Path], list[tuple[int, OSError]]]:
+        """DeleteTopics' part that cannot wait: each partition's log closed and its directory
+        renamed as Kafka renames it, `<dir>.<unique id>-delete` (start-up removes any such
+        directory), then the directory entries made durable and the checkpoints written once, not
+        once per partition. Returns the renamed directories, to be removed later, and the
+        partitions whose directory could not be renamed (with why)."""
+        retired: list[Path] = []
+        failed: list[tuple[int, OSError]] = []
+        try:
+            for index in partitions:
+                log = self._logs.pop((topic, index), None)
+                if log is not None:
+                    log.close_files()
+                path = self.partition_dir(topic, index)
+                target = path.with_name(f"{path.name}.{uuid.uuid4().hex}-delete")
+                try:
+                    os.rename(path, target)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    failed.append((index, exc))
+                    continue
+                retired.append(target)
+        finally:
+            if retired:
+                fsync_dir(self.log_dir)
+            self.checkpoint()
+        return retired, failed
 
     def _log_start_offset_changed(self, log: PartitionLog) -> None:
         self.write_log_start_offsets()
