@@ -45,7 +45,7 @@ from sharebroker.broker.share.dead_letters import DeadLetters
 from sharebroker.broker.share.partitions import SharePartitions
 from sharebroker.broker.share_state.coordinator import ShareCoordinator
 from sharebroker.broker.structured_log import get_logger
-from sharebroker.broker.topics import Partition, Topics
+from sharebroker.broker.topics import Partition, Topics, in_slices, is_remote
 from sharebroker.broker.transactions.coordinator import TransactionCoordinator
 from sharebroker.broker.workers import WorkerIdentity
 from sharebroker.broker.workers.cluster import WorkerCluster
@@ -566,35 +566,46 @@ class Broker:
         interval = self.config["log.flush.scheduler.interval.ms"]
         return max(10, min(interval, 1000)) if interval < _MAX else 1000
 
-    async def _every(self, interval_ms: int, fn: Any, *, first_ms: int | None = None) -> None:
+    async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None] | None], *,
+                     first_ms: int | None = None) -> None:
         delay_ms = interval_ms if first_ms is None else first_ms
         while True:
             await asyncio.sleep(delay_ms / 1000)
             delay_ms = interval_ms
             try:
-                fn()
+                pending = fn()
+                if pending is not None:
+                    await pending
             except Exception:
-                log.exception("background task failed", task=fn.__name__)
+                log.exception("background task failed", task=getattr(fn, "__name__", repr(fn)))
 
-    def _retention(self) -> None:
+    async def _retention(self) -> None:
+        """Every partition's retention, a slice at a time: an empty segment's age is a `stat`, so
+        10,000 partitions held the loop 13 ms at each check (100,000 would hold it about 0.1 s)."""
         now = now_ms()
-        for p in self.topics.all_partitions():
+        async for p in in_slices(self.topics.all_partitions()):
             for line in p.log.apply_retention(now):
                 log.info("retention", topic=p.topic.name, partition=p.index, detail=line)
 
     def _time_flush(self) -> None:
+        """Every second: the logs due a flush by flush.ms. Only topics with a flush.ms are looked
+        through (by default none), not every partition: 100,000 partitions took 20-40 ms a check."""
         assert self.flusher is not None
         now = now_ms()
-        for p in self.topics.all_partitions():
-            flush_ms = p.topic.config.flush_ms
-            if flush_ms < _MAX and p.log.unflushed_messages and now - p.log.last_flush_ms >= flush_ms:
-                self.flusher.request(p.log)
+        for topic in self.topics.by_name.values():
+            flush_ms = topic.config.flush_ms
+            if flush_ms >= _MAX:
+                continue
+            for p in topic.partitions:
+                if not is_remote(p) and p.log.unflushed_messages and now - p.log.last_flush_ms >= flush_ms:
+                    self.flusher.request(p.log)
 
     def _expire_producers(self) -> None:
         now = now_ms()
         expiration = self.config["producer.id.expiration.ms"]
         for p in self.topics.all_partitions():
-            p.producers.expire(now, expiration)
+            if p.producers.entries:
+                p.producers.expire(now, expiration)
 
 
 def _peer_of(sock: socket.socket) -> str:

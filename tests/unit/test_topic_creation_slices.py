@@ -250,3 +250,18 @@ async def test_a_deletion_waits_for_partitions_being_added(
     assert partition_dirs(tmp_path, "t") == [] and "t" not in stored(tmp_path)
     assert all(topics.logs.get("t", i) is None for i in range(20))
     topics.close()
+
+
+@pytest.mark.parametrize("slice_s, turns", [(0.0, 10), (60.0, 0)])
+async def test_a_sweep_in_slices_lets_the_loop_run_between_slices(monkeypatch: pytest.MonkeyPatch, slice_s: float,
+                                                                  turns: int) -> None:
+    """The broker's sweeps over every partition (retention) and the removal of deleted
+    directories go through `in_slices`: a slice per item at 0 s, one slice at a minute."""
+    monkeypatch.setattr(topics_module, "CREATE_SLICE_S", slice_s)
+    ticker = _Ticker()
+    await asyncio.sleep(0)
+    seen: list[int] = []
+    async for _item in topics_module.in_slices(range(11)):
+        seen.append(ticker.ticks)
+    ticker.stop()
+    assert len(seen) == 11 and len(set(seen)) - 1 == turns
