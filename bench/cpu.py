@@ -28,5 +28,11 @@ def cpu_seconds(pid: int) -> float:
 
 def ticks_cpu_seconds(pid: int) -> float:
     """CPU seconds from /proc/PID/stat's utime + stime (10 ms ticks; includes exited threads)."""
+    return sum(user_and_kernel_seconds(pid))
+
+
+def user_and_kernel_seconds(pid: int) -> tuple[float, float]:
+    """/proc/PID/stat's CPU seconds in user space and in the kernel (10 ms ticks)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import ticks_cpu_seconds
 from bench import clients
 from bench.run import CTX, FreshBroker, child, create_topic, reap, run_for_result
 
@@ -98,7 +98,7 @@ def run_sharebroker(n: int, consumers: int, max_poll: int = 1) -> dict[str, Any]
         create_topic(b.bootstrap, TOPIC, 1, share_group=GROUP)
         run_for_result(produce_jobs, b.bootstrap, n)
         res = drain(b.bootstrap, n, consumers, max_poll=max_poll)
-        res["broker_cpu_s"] = round(_cpu_seconds(b.proc.pid), 2)
+        res["broker_cpu_s"] = round(ticks_cpu_seconds(b.proc.pid), 2)
         return res
 
 
@@ -115,10 +115,6 @@ def run_mock(n: int, consumers: int, max_poll: int = 1) -> dict[str, Any]:
         stop.set()
         reap([mock], 10)
 
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> None:

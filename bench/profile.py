@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import shutil
 import signal
 import subprocess
@@ -24,17 +23,11 @@ import time
 from pathlib import Path
 
 from bench import clients, job_queue
+from bench.cpu import user_and_kernel_seconds
 from bench.run import PARTITIONS, SHARE_TOPIC, create_topic, run_for_result, share_drain
 from sharebroker.testing import BrokerProcess
 
 RESULTS = Path(__file__).parent / "out"  # ad-hoc output, ignored by git
-
-
-def _cpu_seconds(pid: int) -> tuple[float, float]:
-    """The process's CPU time so far: (in user space, in the kernel)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _small_requests(bootstrap: str, topic: str, n: int) -> None:
@@ -125,9 +118,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             recorder = record(broker.proc.pid, raw, args.rate)
             time.sleep(1.0)  # py-spy attaches
-            (user0, sys0), t0 = _cpu_seconds(broker.proc.pid), time.perf_counter()
+            (user0, sys0), t0 = user_and_kernel_seconds(broker.proc.pid), time.perf_counter()
             done = _workload(args.workload, broker.bootstrap, records)
-            (user1, sys1), wall = _cpu_seconds(broker.proc.pid), time.perf_counter() - t0
+            (user1, sys1), wall = user_and_kernel_seconds(broker.proc.pid), time.perf_counter() - t0
             user, kernel = user1 - user0, sys1 - sys0
             cpu = user + kernel
             recorder.send_signal(signal.SIGINT)

@@ -42,6 +42,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 
+from bench.cpu import ticks_cpu_seconds
 from sharebroker.protocol.client import ResponseStream, decode_response, encode_request
 from sharebroker.testing import running_broker
 
@@ -59,10 +60,6 @@ def _runqueue_wait_seconds(pid: int) -> float:
         return int(f.read().split()[1]) / 1e9
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _member(host: str, port: int, member_id: str, start: asyncio.Future[tuple[float, float]],
@@ -259,7 +256,7 @@ def run_one(members: int, workers: int, steady_s: float, settle_limit_s: float,
         cpu_marks: list[tuple[float, float, float]] = []
         spy: subprocess.Popen[bytes] | None = None
         while time.monotonic() < stop_at:
-            cpu_marks.append((time.monotonic(), _cpu_seconds(broker.proc.pid), _runqueue_wait_seconds(broker.proc.pid)))
+            cpu_marks.append((time.monotonic(), ticks_cpu_seconds(broker.proc.pid), _runqueue_wait_seconds(broker.proc.pid)))
             if profile is not None and spy is None and time.monotonic() > start_at + settle_limit_s:
                 spy = _py_spy(broker.proc.pid, profile)  # the steady heartbeats only
             time.sleep(0.5)

@@ -215,11 +215,7 @@ class Topics:
     def _extend(self, topic: Topic, total: int, now_ms: int) -> None:
         lc = log_config(topic.config)
         for i in range(len(topic.partitions), total):
-            if self.owns is not None and not self.owns(topic.name, i):
-                topic.partitions.append(self._remote(topic, i))
-            else:
-                topic.partitions.append(Partition(topic, i, self.logs.create(topic.name, i, lc, now_ms=now_ms,
-                                                                             topic_id=topic.topic_id)))
+            topic.partitions.append(self._new_partition(topic, i, lc, now_ms))
 
     def _apply_dynamic_broker_configs(self) -> list[str]:
         """Runtime broker config changes persist with the metadata; apply them before any log opens."""
@@ -322,35 +318,26 @@ class Topics:
     def _create_logs(self, topic: Topic, start: int, end: int, now_ms: int) -> list[Partition]:
         """Partitions [start, end) of `topic` with fresh logs, or none of them (KafkaError)."""
         created: list[Partition] = []
+        lc = log_config(topic.config)
         with self._all_or_none(topic, start, created):
-            for _ in self._make_logs(topic, start, end, now_ms, created):
-                pass
+            for i in range(start, end):
+                created.append(self._new_partition(topic, i, lc, now_ms))
         return created
 
     async def _create_logs_sliced(self, topic: Topic, start: int, end: int, now_ms: int) -> list[Partition]:
         """`_create_logs`, letting the event loop run between slices of CREATE_SLICE_S."""
         created: list[Partition] = []
+        lc = log_config(topic.config)
         with self._all_or_none(topic, start, created):
-            for _ in self._make_logs(topic, start, end, now_ms, created):
-                await _give_waiting_requests_a_turn()
+            async for i in in_slices(range(start, end)):
+                created.append(self._new_partition(topic, i, lc, now_ms))
         return created
 
-    def _make_logs(self, topic: Topic, start: int, end: int, now_ms: int,
-                   created: list[Partition]) -> Iterator[None]:
-        """Appends partitions [start, end) with fresh logs to `created`, yielding each time it has
-        held its caller for CREATE_SLICE_S."""
-        lc = log_config(topic.config)
-        clock = time.perf_counter
-        slice_ends = clock() + CREATE_SLICE_S
-        for i in range(start, end):
-            if self.owns is not None and not self.owns(topic.name, i):
-                created.append(self._remote(topic, i))
-                continue
-            created.append(Partition(topic, i, self.logs.create(topic.name, i, lc, now_ms=now_ms,
-                                                                topic_id=topic.topic_id)))
-            if clock() >= slice_ends:
-                yield
-                slice_ends = clock() + CREATE_SLICE_S
+    def _new_partition(self, topic: Topic, index: int, lc: LogConfig, now_ms: int) -> Partition:
+        """Partition `index` of a topic being made or extended, with a fresh log (or remote)."""
+        if self.owns is not None and not self.owns(topic.name, index):
+            return self._remote(topic, index)
+        return Partition(topic, index, self.logs.create(topic.name, index, lc, now_ms=now_ms, topic_id=topic.topic_id))
 
     @contextmanager
     def _all_or_none(self, topic: Topic, start: int, created: list[Partition]) -> Iterator[None]:

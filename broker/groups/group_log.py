@@ -59,7 +59,7 @@ class GroupLog:
         self._restaters.append(restate)
 
     async def _topic(self) -> Topic:
-        """The offsets topic; the first call creates it (off the event loop)."""
+        """The offsets topic; the first call creates it (a slice at a time, the loop serving between)."""
         return await self.internal.ensure(OFFSETS_TOPIC, self.num_partitions, _SEGMENT_BYTES)
 
     def partition_of(self, group_id: str) -> int:

@@ -77,7 +77,7 @@ class ShareCoordinator:
     # -- the internal topic ----------------------------------------------------------------------
 
     async def _topic(self) -> Topic:
-        """The state topic; the first call creates it (off the event loop)."""
+        """The state topic; the first call creates it (a slice at a time, the loop serving between)."""
         return await self.internal.ensure(STATE_TOPIC, self.num_partitions,
                                           self.config["share.coordinator.state.topic.segment.bytes"])
 

@@ -218,7 +218,7 @@ class TransactionCoordinator:
     # -- the log ---------------------------------------------------------------------------------
 
     async def _state_partition(self, transactional_id: str) -> Partition:
-        n = self.config["transaction.state.log.num.partitions"]  # the first write creates it (off the loop)
+        n = self.config["transaction.state.log.num.partitions"]  # the first write creates it (in slices)
         topic = await self.internal.ensure(TRANSACTION_STATE_TOPIC, n, self.config["transaction.state.log.segment.bytes"])
         return topic.partitions[partition_for(transactional_id, len(topic.partitions))]
 
