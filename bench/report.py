@@ -112,8 +112,13 @@ def _count_rows(w: dict[str, Any], add: Any) -> None:
             ok = s["median"] >= mock["median"] and (r["consumers"] != 8 or s["median"] >= 20_000)
         elif r["max_poll_records"] == 100:
             target, ok = ">=200k/s", s["median"] >= 200_000
+        note = f"{s['median'] / mock['median']:.2f}x mock ({mock['median']:,.0f})"
+        if "server_cpu_us_per_job" in r:  # results from before 2026-12-02 have no CPU figures
+            note += (f"; CPU µs/job: broker {r['server_cpu_us_per_job']['median']:,.0f} + clients "
+                     f"{r['client_cpu_us_per_job']['median']:,.0f}, mock {r['mock_server_cpu_us_per_job']['median']:,.0f}"
+                     f" + clients {r['mock_client_cpu_us_per_job']['median']:,.0f}")
         add(f"w7 job queue, {r['consumers']} consumer(s), max.poll.records={r['max_poll_records']}", s, "rec/s",
-            f"{s['median'] / mock['median']:.2f}x mock ({mock['median']:,.0f})", target, ok)
+            note, target, ok)
     lat = w.get("w7_job_latency")
     if lat:
         ours, mock = lat["sharebroker"]["p99_ms"], lat.get("mock", {}).get("p99_ms")

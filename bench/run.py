@@ -411,12 +411,20 @@ def w7_jobs(scale: dict, runs: int) -> dict[str, Any]:
             key = f"{consumers}x{max_poll}"
             ours, mock = [], []
             for _ in range(runs):
-                ours.append(job_queue.run_sharebroker(n, consumers, max_poll)["jobs_per_s"])
-                mock.append(job_queue.run_mock(n, consumers, max_poll)["jobs_per_s"])
-            out[key] = {"consumers": consumers, "max_poll_records": max_poll, "jobs": n,
-                        "jobs_per_s": summarize(ours), "mock_jobs_per_s": summarize(mock)}
-            print(f"  jobs {key}: {out[key]['jobs_per_s']['median']:,.0f}/s "
-                  f"(mock {out[key]['mock_jobs_per_s']['median']:,.0f}/s)", flush=True)
+                ours.append(job_queue.run_sharebroker(n, consumers, max_poll))
+                mock.append(job_queue.run_mock(n, consumers, max_poll))
+            r = out[key] = {"consumers": consumers, "max_poll_records": max_poll, "jobs": n,
+                            "jobs_per_s": summarize([x["jobs_per_s"] for x in ours]),
+                            "mock_jobs_per_s": summarize([x["jobs_per_s"] for x in mock])}
+            # CPU per job: the server's process and the consumers' own (bench.job_queue)
+            for prefix, res in (("", ours), ("mock_", mock)):
+                for field in ("server_cpu_us_per_job", "client_cpu_us_per_job"):
+                    r[prefix + field] = summarize([x[field] for x in res])
+            print(f"  jobs {key}: {r['jobs_per_s']['median']:,.0f}/s "
+                  f"(mock {r['mock_jobs_per_s']['median']:,.0f}/s); CPU µs/job: broker "
+                  f"{r['server_cpu_us_per_job']['median']:,.0f}, its clients {r['client_cpu_us_per_job']['median']:,.0f}; "
+                  f"mock {r['mock_server_cpu_us_per_job']['median']:,.0f}, its clients "
+                  f"{r['mock_client_cpu_us_per_job']['median']:,.0f}", flush=True)
     return out
 
 
