@@ -115,6 +115,9 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._out: list[Buffer] = []
+        # The loop, once known: asyncio.get_running_loop() costs a getpid() system call each time
+        # (its check against a fork), and a request would pay two.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._gather = False  # _out holds buffers that must reach the transport uncopied
 
     # -- asyncio callbacks -------------------------------------------------------------------------
@@ -321,7 +324,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         while not self._frames:
             if self._end_state is not None:
                 return self._end_state
-            self._frame_waiter = asyncio.get_running_loop().create_future()
+            self._frame_waiter = self._event_loop().create_future()
             try:
                 await self._frame_waiter
             finally:
@@ -370,7 +373,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self.last_active = time.monotonic()
         self._out.append(data)
         if len(self._out) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._event_loop().call_soon(self._flush)
 
     def writelines(self, parts: list[Buffer]) -> None:
         """Queue a response given as buffers (record bytes from storage among them): they go to
@@ -380,7 +383,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._out += parts
         self._gather = True
         if first:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._event_loop().call_soon(self._flush)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _flush(self) -> None:
         out, self._out = self._out, []
