@@ -368,12 +368,14 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 del spares[min(range(len(spares)), key=lambda i: len(spares[i]))]
 
     def write(self, data: bytes) -> None:
-        """Queue a response; responses queued in one turn of the event loop (a pipelining client's
-        answers) leave in one send at the end of it."""
+        """Queue a response. While frames received are still waiting for their answers (a
+        pipelining client), the answers wait too and leave together in one send at the end of the
+        event loop's turn; the last answer, with nothing left waiting, leaves at once (not a turn
+        of the loop and an epoll call later)."""
         self.last_active = time.monotonic()
         self._out.append(data)
         if len(self._out) == 1:
-            self._event_loop().call_soon(self._flush)
+            self._send_or_defer()
 
     def writelines(self, parts: list[Buffer]) -> None:
         """Queue a response given as buffers (record bytes from storage among them): they go to
@@ -383,7 +385,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._out += parts
         self._gather = True
         if first:
+            self._send_or_defer()
+
+    def _send_or_defer(self) -> None:
+        if self._frames:  # more answers to come from this turn: one send for all of them
             self._event_loop().call_soon(self._flush)
+        else:
+            self._flush()
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop

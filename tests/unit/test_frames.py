@@ -255,16 +255,35 @@ async def test_drain_waits_for_resume_writing_and_connection_loss_wakes_everyone
     assert isinstance(end, FrameEnd) and "reset by peer" in end.reason
 
 
-async def test_responses_written_in_one_turn_leave_in_one_send_and_close_flushes_them():
+async def test_pipelined_answers_leave_in_one_send_and_a_lone_answer_at_once():
     proto, transport, _ = make()
+    # Three requests arrive in one read: the answers to the first two wait while the third is
+    # still to be answered, and leave with it, in one send at the end of the loop's turn.
+    feed(proto, b"".join(frame(payload(i, 20)) for i in range(3)), [1 << 16])
+    await proto.read_frame()
     proto.write(b"one")
+    await proto.read_frame()
     proto.write(b"two")
     assert transport.written == []
-    await asyncio.sleep(0)
-    assert transport.written == [b"onetwo"]
+    await proto.read_frame()
     proto.write(b"three")
+    await asyncio.sleep(0)
+    assert transport.written == [b"onetwothree"]
+    # Nothing else received: an answer leaves at once, without waiting for the loop's turn.
+    feed(proto, frame(payload(4, 20)), [1 << 16])
+    await proto.read_frame()
+    proto.write(b"four")
+    assert transport.written == [b"onetwothree", b"four"]
+
+
+async def test_close_flushes_answers_still_waiting():
+    proto, transport, _ = make()
+    feed(proto, b"".join(frame(payload(i, 20)) for i in range(2)), [1 << 16])
+    await proto.read_frame()
+    proto.write(b"one")
+    assert transport.written == []
     proto.close()
-    assert transport.written == [b"onetwo", b"three"] and transport.closed
+    assert transport.written == [b"one"] and transport.closed
 
 
 async def test_an_idle_connection_holds_no_staging_buffer() -> None:
