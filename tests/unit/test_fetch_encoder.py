@@ -209,9 +209,19 @@ async def test_the_frame_reaches_the_transport_as_its_buffers():
     proto.connection_made(transport)  # type: ignore[arg-type]
     data = b"r" * 20_000
     frame = encode_fetch_response(1, 18, [FetchTopic(None, uuid.uuid4(), [FetchPartition(0, records=data)])])
-    proto.write(b"\0\0\0\4head")  # an answer queued before it, in the same turn
+    # Two requests received in one read: the first one's answer waits for the second's.
+    requests = b"".join(struct.pack(">i", 8) + struct.pack(">hhi", 1, 18, i) for i in (1, 2))
+    buf = proto.get_buffer(-1)
+    buf[:len(requests)] = requests
+    proto.buffer_updated(len(requests))
+    await proto.read_frame()
+    proto.write(b"\0\0\0\4head")
+    await proto.read_frame()
     proto.writelines(frame)
     await asyncio.sleep(0)
     [(how, parts)] = transport.calls
     assert how == "writelines" and parts[0] == b"\0\0\0\4head" and parts[1:] == frame
     assert any(part is data for part in parts)
+    # A lone answer goes out at once, its buffers as they are.
+    proto.writelines(frame)
+    assert transport.calls[1] == ("writelines", frame) and any(part is data for part in transport.calls[1][1])
