@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,6 +36,7 @@ except ImportError:  # pragma: no cover - not POSIX
 T = TypeVar("T")
 
 MIN_CAPACITY = 4  # a read holds one segment's descriptor while it opens the next
+THREAD_DESCRIPTOR_WAIT_S = 0.2  # a few fsyncs on a slow disk (see with_descriptor)
 _FALLBACK_LIMIT = 1024  # where the limit is unknown or unlimited
 
 
@@ -108,13 +110,28 @@ _caches: weakref.WeakSet[FileCache] = weakref.WeakSet()
 def with_descriptor(call: Callable[[], T]) -> T:
     """`call()` (which needs a descriptor: an open, a directory listing), giving back a cached
     descriptor and trying again while the process (or the system) is out of them: storage never
-    fails for want of a descriptor its log files hold, whoever took the rest (connections)."""
+    fails for want of a descriptor its log files hold, whoever took the rest (connections).
+
+    With none cached left to give back, it waits a little (THREAD_DESCRIPTOR_WAIT_S, checking
+    every millisecond) before it fails: the broker's own threads hold descriptors for moments (a
+    flush's fsync, the log cleaner), and one may take the very descriptor an eviction just freed.
+    That wait blocks the caller, the event loop included, but only at the limit with nothing left
+    to evict."""
+    deadline: float | None = None
     while True:
         try:
             return call()
         except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not any(c.evict_one() for c in list(_caches)):
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
+            if any(c.evict_one() for c in list(_caches)):
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + THREAD_DESCRIPTOR_WAIT_S
+            elif now >= deadline:
+                raise
+            time.sleep(0.001)
 
 
 def open_file(path: os.PathLike[str] | str, flags: int, mode: int = 0o644) -> int:

@@ -159,3 +159,57 @@ def test_an_evicted_segment_is_fsynced_before_its_descriptor_closes_and_a_later_
     assert first.flush() == 1 and first.recovery_point == 1
     assert inode in synced
     manager.close()
+
+
+_AT_THE_LIMIT = r"""
+import errno, os, resource, sys, threading, time
+from sharebroker.storage import file_cache
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+filler = []
+while True:  # every descriptor taken, as connections take them
+    try:
+        filler.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        assert exc.errno == errno.EMFILE
+        break
+os.close(filler.pop())  # one comes free, and a thread of ours (a flush's fsync) takes it
+held = os.open(os.devnull, os.O_RDONLY)
+failed = threading.Event()
+released = threading.Event()
+
+def flush_thread():
+    failed.wait()  # the open below has found no descriptor: now the fsync ends
+    os.close(held)
+    released.set()
+
+def open_devnull():
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        failed.set()
+        raise
+
+if sys.argv[1] == "released":
+    threading.Thread(target=flush_thread).start()
+started = time.monotonic()
+try:
+    fd = file_cache.with_descriptor(open_devnull)
+    print("opened", released.is_set())
+except OSError as exc:
+    print("failed", errno.errorcode[exc.errno], time.monotonic() - started >= file_cache.THREAD_DESCRIPTOR_WAIT_S)
+"""
+
+
+@pytest.mark.parametrize("case, expected", [("released", "opened True"), ("held", "failed EMFILE True")])
+def test_at_the_limit_an_open_waits_for_a_descriptor_our_threads_hold(case: str, expected: str) -> None:
+    """Nothing cached to give back, and a flush thread holding the one descriptor left: the open
+    gets it once the thread lets go, instead of failing (a CreateTopics failed so in CI while
+    every other descriptor was a connection's). Held for good, it fails after the short wait."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _AT_THE_LIMIT, case], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == expected
