@@ -391,7 +391,8 @@ class PartitionLog:
         while i < len(segments) and not done:
             seg = segments[i]
             start = end = -1
-            walk = seg.walk(seg.lookup(target))
+            block: list[tuple[int, bytes]] = []  # (position, bytes) of the walk's last block read
+            walk = seg.walk(seg.lookup(target), block)
             try:
                 for pos, base, size, last, _mts, _attrs in walk:
                     if last < target:
@@ -416,7 +417,11 @@ class PartitionLog:
                 raise _corrupt(seg, torn, target) from None
             if start >= 0:
                 seg.remember_read_end(next_offset, end)
-                data = os.pread(seg.log_fd(), end - start, start)
+                at, got = block[0] if block else (-1, b"")
+                if 0 <= at <= start and end <= at + len(got):
+                    data = got[start - at:end - at]  # read with the headers already
+                else:
+                    data = os.pread(seg.log_fd(), end - start, start)
                 if len(data) != end - start:
                     raise CorruptLogError(f"short read from {seg.log_path} at position {start}",
                                           path=str(seg.log_path), position=start, reason="short read",

@@ -95,9 +95,11 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-def walk_headers(fd: int, start: int, end: int) -> Iterator[Walked]:
+def walk_headers(fd: int, start: int, end: int, block: list[tuple[int, bytes]] | None = None) -> Iterator[Walked]:
     """Headers of the batches in [start, end) of a file, reading headers only (no CRC). Raises
-    TornBatch where the bytes stop making whole v2 batches."""
+    TornBatch where the bytes stop making whole v2 batches. With `block`, it holds (position,
+    bytes) of the last block read: a reader of the few small batches the block holds takes their
+    bytes from it instead of reading them again."""
     buf = b""
     buf_start = start
     pos = start
@@ -111,6 +113,8 @@ def walk_headers(fd: int, start: int, end: int) -> Iterator[Walked]:
             buf = os.pread(fd, min(BATCH_HEADER_SIZE if big else _WALK_BLOCK, left), pos)
             buf_start = pos
             rel = 0
+            if block is not None:
+                block[:] = [(pos, buf)]
             if len(buf) < _WALK_SIZE:
                 raise TornBatch(pos, "file ends inside a batch header")
         base, length, magic, attrs, delta, max_ts = _WALK.unpack_from(buf, rel)
@@ -621,8 +625,8 @@ class LogSegment:
         off = self.base_offset + times[1][j] if times is not None and j >= 0 else self.base_offset
         return self.lookup(max(off, min_offset))
 
-    def walk(self, start: int) -> Iterator[Walked]:
-        return walk_headers(self.log_fd(), start, self.size)
+    def walk(self, start: int, block: list[tuple[int, bytes]] | None = None) -> Iterator[Walked]:
+        return walk_headers(self.log_fd(), start, self.size, block)
 
     @property
     def last_index_position(self) -> int:

@@ -838,3 +838,35 @@ def test_a_reader_going_on_from_its_last_read_starts_where_that_read_ended(tmp_p
     res = log.read(160, 1 << 20)
     assert decode(res.records) == [(160, 160), (161, 161)]
     log.close()
+
+
+def test_reads_within_the_walks_block_and_past_it_give_the_stored_bytes(tmp_path: Path) -> None:
+    """A read of batches inside the header walk's last block takes their bytes from it; one that
+    goes past it (many small batches, or a batch bigger than a block) reads them from the file.
+    Either way the bytes are exactly the stored batches, checked against the file itself."""
+    log = open_log(tmp_path / "t-0")
+    feed = Feed(log)
+    for i in range(400):  # about 45 KB of small batches, then big ones, then small ones again
+        feed.put(1 + i % 3, size=40)
+    for _ in range(3):
+        feed.put(1, size=40_000)
+    for i in range(50):
+        feed.put(1 + i % 2, size=40)
+    data = (tmp_path / "t-0" / "00000000000000000000.log").read_bytes()
+    stored = {}
+    pos = 0
+    for h in parse_batches(data, verify_crc=True):
+        stored[h.base_offset] = (pos, h.size, h.last_offset)
+        pos += h.size
+
+    def expected(first_base: int, next_offset: int) -> bytes:
+        start = stored[first_base][0]
+        end = max(p + s for p, s, last in stored.values() if last < next_offset)
+        return data[start:end]
+
+    for offset, max_bytes in [(0, 200), (5, 1 << 20), (300, 3000), (700, 100), (790, 1 << 20),
+                              (feed.n - 3, 1 << 20), (0, 1 << 20)]:
+        res = log.read(offset, max_bytes)
+        assert res.records == expected(res.first_offset, res.next_offset), (offset, max_bytes)
+        assert [o for o, _ in decode(res.records)][0] <= offset < res.next_offset
+    log.close()
