@@ -96,14 +96,14 @@ def drain(bootstrap: str, n: int, consumers: int, timeout: float = 600, max_poll
     lock, stop = CTX.Lock(), CTX.Event()
     procs = [child(worker, bootstrap, i, n, per_partition, bitmaps, counters, marks, lock, stop, max_poll, cpu)
              for i in range(consumers)]
-    server_from = None
+    server_from = 0.0
     if server_pid is not None:
         deadline = time.monotonic() + timeout
         while marks[0] == 0.0 and not stop.is_set() and time.monotonic() < deadline:
             time.sleep(0.001)
         server_from = cpu_seconds(server_pid)
     ok = stop.wait(timeout)
-    server_used = cpu_seconds(server_pid) - server_from if server_pid is not None and server_from is not None else None
+    server_used = cpu_seconds(server_pid) - server_from if server_pid is not None else None
     stop.set()
     reap(procs)
     if not ok or marks[1] == 0.0:

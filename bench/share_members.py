@@ -60,8 +60,6 @@ def _runqueue_wait_seconds(pid: int) -> float:
         return int(f.read().split()[1]) / 1e9
 
 
-
-
 async def _member(host: str, port: int, member_id: str, start: asyncio.Future[tuple[float, float]],
                   changes: list[float], joined: list[float], latencies: list[tuple[float, float]]) -> None:
     """One member: connect, wait for the storm, join, then heartbeat at the broker's interval

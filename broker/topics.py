@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ class Topics:
         self.auto_creating: set[str] = set()  # names a Metadata request asked to create, not created yet
         self.creating: set[str] = set()  # names whose partitions are being made (not seen until made)
         self._adding: dict[str, asyncio.Future[None]] = {}  # topics whose new partitions are being made
-        self.retired: list[Path] = []  # deleted partitions' renamed directories, not removed yet
+        self.retired: deque[Path] = deque()  # deleted partitions' renamed directories, not removed yet
         self._removing = False
         # Moves on every creation, deletion and partition addition: watchers (the consumer group
         # sweep) compare it instead of fingerprinting every topic ten times a second.
@@ -462,10 +463,10 @@ class Topics:
         self.logs.close()
 
 
-def _taking(items: list[T]) -> Iterator[T]:
-    """The items of a list that may grow meanwhile, each removed as it is taken."""
+def _taking(items: deque[T]) -> Iterator[T]:
+    """The items of a queue that may grow meanwhile, each removed as it is taken."""
     while items:
-        yield items.pop(0)
+        yield items.popleft()
 
 
 async def in_slices(items: Iterable[T]) -> AsyncIterator[T]:
